@@ -1,0 +1,60 @@
+#pragma once
+// The seam between the model layer and the compute backends (scalar, cpu SIMD, cuda).
+// A backend owns everything per call: RMSNorm, activation quantization, the head, scale, cap and
+// the per-token summaries (argmax, ties, top-k, sum of exponentials), so a fast backend can fuse
+// them into one pass while the scalar backend computes them stage by stage as the oracle.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lmhead/lmhead.hpp"
+#include "select/token_summary.hpp"
+
+namespace lmhead {
+
+// What a backend needs to know about the head; pointers into the mapped file.
+struct HeadView {
+  TensorType type = TensorType::F32;
+  const uint8_t* weights = nullptr;  // vocab rows of row_bytes
+  int64_t vocab = 0;
+  int64_t hidden = 0;
+  uint64_t row_bytes = 0;
+  const float* gamma = nullptr;      // hidden f32
+  float eps = 1e-5f;
+  float logit_scale = 1.0f;
+  float softcap = 0.0f;              // 0: scale only
+};
+
+struct ForwardRequest {
+  ActivationRoute activations = ActivationRoute::q8;
+  SoftcapRoute softcap = SoftcapRoute::nodes;
+  int top_k = 0;
+  bool logprobs = false;     // fill ForwardOutput::sum_exp
+  bool want_logits = false;  // fill ForwardOutput::logits
+  bool want_stages = false;  // fill ForwardOutput::stages (implies logits)
+};
+
+struct ForwardOutput {
+  std::vector<select::TokenSummary> summaries;  // one per token
+  std::vector<double> sum_exp;                  // per token, sum of exp(x - summaries[t].max)
+  std::vector<float> logits;                    // [T, V] capped
+  Stages stages;
+  std::vector<StageTime> times;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // hidden: tokens x head.hidden f32, already checked finite by the engine.
+  virtual void forward(const float* hidden, int tokens, const ForwardRequest& request,
+                       ForwardOutput& out) = 0;
+};
+
+std::unique_ptr<Backend> make_scalar_backend(const HeadView& head);
+std::unique_ptr<Backend> make_cpu_backend(const HeadView& head, int threads);
+// Throws Error when lmhead was built without CUDA or no GPU is usable.
+std::unique_ptr<Backend> make_cuda_backend(const HeadView& head, int gpus);
+bool cuda_available(std::string* why_not = nullptr);
+
+}  // namespace lmhead
