@@ -57,4 +57,10 @@ std::unique_ptr<Backend> make_cpu_backend(const HeadView& head, int threads);
 std::unique_ptr<Backend> make_cuda_backend(const HeadView& head, int gpus);
 bool cuda_available(std::string* why_not = nullptr);
 
+// Read ceilings measured in the same run as a benchmark figure (bytes streamed, GB/s = 1e9 B/s).
+// CPU: an AVX2 (or scalar) read of `bytes` from DRAM with `threads` threads, best of a few passes.
+double measure_cpu_read_ceiling_gbps(uint64_t bytes, int threads);
+// CUDA: a read-only stream of `bytes` on the device, best of a few passes.
+double measure_cuda_read_ceiling_gbps(uint64_t bytes);
+
 }  // namespace lmhead

@@ -12,4 +12,8 @@ std::unique_ptr<Backend> make_cuda_backend(const HeadView&, int) {
   throw Error("the cuda backend is not available: lmhead was built without CUDA (no nvcc found at configure time)");
 }
 
+double measure_cuda_read_ceiling_gbps(uint64_t) {
+  throw Error("the cuda read ceiling needs the cuda backend: lmhead was built without CUDA");
+}
+
 }  // namespace lmhead
