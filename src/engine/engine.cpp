@@ -1,0 +1,136 @@
+// The public Engine: checks the input, runs the chosen backend in passes of at most
+// kMaxTokensPerPass tokens, and turns the backend's per-token summaries into token choices.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backend/backend.hpp"
+#include "lmhead/lmhead.hpp"
+
+namespace lmhead {
+
+namespace {
+constexpr int kMaxTokensPerPass = 16;
+
+template <class E>
+struct Names { E value; std::string_view name; };
+constexpr Names<ActivationRoute> kActivationNames[] = {{ActivationRoute::q8, "q8"}, {ActivationRoute::f32, "f32"}};
+constexpr Names<SoftcapRoute> kSoftcapNames[] = {{SoftcapRoute::nodes, "nodes"}, {SoftcapRoute::fused, "fused"}};
+constexpr Names<BackendKind> kBackendNames[] = {
+    {BackendKind::scalar, "scalar"}, {BackendKind::cpu, "cpu"}, {BackendKind::cuda, "cuda"}};
+
+template <class E, size_t N>
+std::string_view name_of(const Names<E> (&table)[N], E v) {
+  for (const auto& n : table) if (n.value == v) return n.name;
+  return "unknown";
+}
+template <class E, size_t N>
+bool parse_name(const Names<E> (&table)[N], std::string_view s, E& out) {
+  for (const auto& n : table) if (n.name == s) { out = n.value; return true; }
+  return false;
+}
+
+HeadView head_view(const Model& m) {
+  const HeadConfig& c = m.config();
+  HeadView h;
+  h.type = c.head_type;
+  h.weights = m.head_weights();
+  h.vocab = c.vocab;
+  h.hidden = c.hidden;
+  h.row_bytes = c.row_bytes;
+  h.gamma = m.norm_weight();
+  h.eps = c.eps;
+  h.logit_scale = c.logit_scale;
+  h.softcap = c.softcap;
+  return h;
+}
+
+void append(std::vector<float>& to, std::vector<float>& from) { to.insert(to.end(), from.begin(), from.end()); }
+
+void add_times(std::vector<StageTime>& to, const std::vector<StageTime>& from) {
+  for (const StageTime& t : from) {
+    auto it = std::find_if(to.begin(), to.end(), [&](const StageTime& x) { return x.label == t.label; });
+    if (it == to.end()) to.push_back(t); else it->ms += t.ms;
+  }
+}
+}  // namespace
+
+std::string_view to_string(ActivationRoute v) { return name_of(kActivationNames, v); }
+std::string_view to_string(SoftcapRoute v) { return name_of(kSoftcapNames, v); }
+std::string_view to_string(BackendKind v) { return name_of(kBackendNames, v); }
+bool parse(std::string_view s, ActivationRoute& v) { return parse_name(kActivationNames, s, v); }
+bool parse(std::string_view s, SoftcapRoute& v) { return parse_name(kSoftcapNames, s, v); }
+bool parse(std::string_view s, BackendKind& v) { return parse_name(kBackendNames, s, v); }
+
+Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options) : model_(std::move(model)) {
+  if (!model_) throw Error("Engine needs a model");
+  const HeadView head = head_view(*model_);
+  switch (options.backend) {
+    case BackendKind::scalar: backend_ = make_scalar_backend(head); break;
+    case BackendKind::cpu: backend_ = make_cpu_backend(head, options.threads); break;
+    case BackendKind::cuda: backend_ = make_cuda_backend(head, options.gpus); break;
+  }
+}
+
+Engine::~Engine() = default;
+
+std::string Engine::backend_name() const { return backend_->name(); }
+
+RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOptions& options) {
+  const HeadConfig& c = model_->config();
+  if (tokens <= 0) throw Error("run needs at least one token, got " + std::to_string(tokens));
+  if (hidden.size() != static_cast<size_t>(tokens) * static_cast<size_t>(c.hidden))
+    throw Error("hidden state has " + std::to_string(hidden.size()) + " values, expected " +
+                std::to_string(tokens) + " tokens x " + std::to_string(c.hidden));
+  if (options.top_k < 0 || options.top_k > c.vocab)
+    throw Error("top-k must be between 0 and the vocabulary size " + std::to_string(c.vocab));
+  for (size_t i = 0; i < hidden.size(); ++i)
+    if (!std::isfinite(hidden[i]))
+      throw Error("hidden state of token " + std::to_string(i / c.hidden) + " has a non-finite value (" +
+                  std::to_string(hidden[i]) + ") at index " + std::to_string(i % c.hidden));
+
+  ForwardRequest req;
+  req.activations = options.activations;
+  req.softcap = options.softcap;
+  req.top_k = options.top_k;
+  req.logprobs = options.logprobs;
+  req.want_logits = options.want_logits;
+  req.want_stages = options.want_stages;
+
+  RunResult result;
+  result.tokens = tokens;
+  result.backend = backend_->name();
+  for (int first = 0; first < tokens; first += kMaxTokensPerPass) {
+    const int n = std::min(kMaxTokensPerPass, tokens - first);
+    ForwardOutput out;
+    backend_->forward(hidden.data() + static_cast<size_t>(first) * c.hidden, n, req, out);
+    for (int t = 0; t < n; ++t) {
+      const select::TokenSummary& s = out.summaries.at(t);
+      TokenChoice choice;
+      choice.argmax = s.argmax;
+      choice.value = s.max;
+      choice.tie_count = s.tie_count;
+      if (s.tie_count > 1) choice.tied_ids = s.tied_ids;
+      choice.top = s.top;
+      if (options.logprobs) {
+        const double se = out.sum_exp.at(t);
+        choice.logprob = select::logprob(s.max, s.max, se);
+        for (Candidate& cand : choice.top) cand.logprob = select::logprob(cand.logit, s.max, se);
+      }
+      result.choices.push_back(std::move(choice));
+    }
+    if (options.want_logits) append(result.logits, out.logits);
+    if (options.want_stages) {
+      append(result.stages.normed, out.stages.normed);
+      append(result.stages.raw, out.stages.raw);
+      append(result.stages.scaled, out.stages.scaled);
+      append(result.stages.div, out.stages.div);
+      append(result.stages.tanh, out.stages.tanh);
+      append(result.stages.capped, out.stages.capped);
+    }
+    add_times(result.times, out.times);
+  }
+  return result;
+}
+
+}  // namespace lmhead
