@@ -1,0 +1,114 @@
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "backend/backend.hpp"
+#include "cli/common.hpp"
+
+namespace lmhead::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  std::string tokens = "1,2,4,8,16";
+  int repeat = 0;  // 0: as many as fit in about a second, at least 5
+  bool json = false;
+  BackendOptions backend;
+};
+
+std::vector<int> parse_token_list(const std::string& list) {
+  std::vector<int> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const int t = std::stoi(item, &used);
+      if (used != item.size() || t < 1 || t > 4096) throw std::invalid_argument(item);
+      out.push_back(t);
+    } catch (const std::exception&) {
+      throw Error("--tokens must be a comma-separated list of counts from 1 to 4096, got '" + item + "'");
+    }
+  }
+  if (out.empty()) throw Error("--tokens is empty");
+  return out;
+}
+
+int bench(const BenchArgs& a) {
+  const std::vector<int> token_counts = parse_token_list(a.tokens);
+  auto model = Model::open(a.model);
+  const HeadConfig& c = model->config();
+  const EngineOptions eo = a.backend.engine_options();
+  Engine engine(model, eo);
+  const int threads = eo.threads > 0 ? eo.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+
+  // The ceiling is measured here, in the same run, so the ratio compares like with like.
+  double ceiling;
+  std::string ceiling_what;
+  if (eo.backend == BackendKind::cuda) {
+    ceiling = measure_cuda_read_ceiling_gbps(uint64_t(4) << 30);
+    ceiling_what = "device read-only stream of 4 GiB";
+  } else {
+    ceiling = measure_cpu_read_ceiling_gbps(uint64_t(1) << 30, threads);
+    ceiling_what = "AVX2 read stream of 1 GiB, " + std::to_string(threads) + " thread(s)";
+  }
+
+  nlohmann::json rows = nlohmann::json::array();
+  if (!a.json)
+    std::printf("bench %s: %s head %s x %s, %s B per pass, backend %s; ceiling %.2f GB/s (%s)\n", a.model.c_str(),
+                std::string(tensor_type_name(c.head_type)).c_str(), with_commas(c.vocab).c_str(),
+                with_commas(c.hidden).c_str(), with_commas(c.head_bytes).c_str(), engine.backend_name().c_str(),
+                ceiling, ceiling_what.c_str());
+  for (int T : token_counts) {
+    const std::vector<float> hidden = synthetic_hidden(T, c.hidden, 1234 + T);
+    RunOptions ro;
+    RunResult last = engine.run(hidden, T, ro);  // warm-up: pages in the mapping, fills caches
+    std::vector<double> ms;
+    const auto bench_start = std::chrono::steady_clock::now();
+    while (true) {
+      const auto t0 = std::chrono::steady_clock::now();
+      last = engine.run(hidden, T, ro);
+      const auto t1 = std::chrono::steady_clock::now();
+      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      const double elapsed = std::chrono::duration<double>(t1 - bench_start).count();
+      if (a.repeat > 0 ? int(ms.size()) >= a.repeat : (ms.size() >= 5 && elapsed > 1.0) || ms.size() >= 1000) break;
+    }
+    std::sort(ms.begin(), ms.end());
+    const double median = ms[ms.size() / 2], lo = ms.front(), hi = ms.back();
+    const double gbps = double(c.head_bytes) / (median * 1e-3) / 1e9;
+    const double ratio = gbps / ceiling;
+    nlohmann::json stages = nlohmann::json::object();
+    for (const StageTime& s : last.times) stages[s.label] = s.ms;
+    rows.push_back({{"tokens", T}, {"threads", threads}, {"backend", engine.backend_name()}, {"median_ms", median},
+                    {"min_ms", lo}, {"max_ms", hi}, {"runs", ms.size()}, {"bytes", c.head_bytes}, {"gbps", gbps},
+                    {"ceiling_gbps", ceiling}, {"ratio", ratio}, {"stages_ms", stages}});
+    if (!a.json) {
+      std::printf("ratio %.3f | T=%-2d threads=%d | median %8.3f ms (min %.3f, max %.3f, %zu runs) | %s B | %7.2f GB/s | ceiling %.2f GB/s\n",
+                  ratio, T, threads, median, lo, hi, ms.size(), with_commas(c.head_bytes).c_str(), gbps, ceiling);
+      std::printf("          stages (last run):");
+      for (const StageTime& s : last.times) std::printf("  %s %.3f ms", s.label.c_str(), s.ms);
+      std::printf("\n");
+    }
+  }
+  if (a.json) std::printf("%s\n", nlohmann::json{{"model", a.model}, {"ceiling_gbps", ceiling},
+                                                 {"ceiling", ceiling_what}, {"results", rows}}.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+
+Action register_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Time the whole tail per token count against a read ceiling measured in the same run");
+  auto a = std::make_shared<BenchArgs>();
+  cmd->add_option("MODEL", a->model, "GGUF checkpoint")->required();
+  cmd->add_option("--tokens", a->tokens, "comma-separated token counts")->capture_default_str();
+  cmd->add_option("--repeat", a->repeat, "timed runs per count (0: about one second, at least 5)")->check(CLI::Range(0, 100000));
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  add_backend_options(*cmd, a->backend);
+  return [a]() { return bench(*a); };
+}
+
+}  // namespace lmhead::cli

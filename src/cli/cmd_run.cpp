@@ -1,0 +1,157 @@
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "cli/common.hpp"
+#include "io/hidden_input.hpp"
+#include "io/npy.hpp"
+
+namespace lmhead::cli {
+namespace {
+
+struct RunArgs {
+  std::string model, hidden, activations = "q8", softcap = "nodes", out, dump;
+  int top_k = 5;
+  bool logprobs = false, json = false, profile = false;
+  BackendOptions backend;
+};
+
+// Token text for a terminal: control characters and quotes escaped, UTF-8 kept as is.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch == '\n') out += "\\n";
+    else if (ch == '\t') out += "\\t";
+    else if (ch == '\r') out += "\\r";
+    else if (ch == '"' || ch == '\\') { out += '\\'; out += char(ch); }
+    else if (ch < 0x20 || ch == 0x7f) { char buf[8]; std::snprintf(buf, sizeof buf, "\\x%02x", ch); out += buf; }
+    else out += char(ch);
+  }
+  return out;
+}
+
+void make_directory(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
+    throw Error("cannot create dump directory '" + dir + "': " + std::strerror(errno));
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw Error("'" + dir + "' is not a directory");
+}
+
+void dump_stages(const std::string& dir, const RunResult& r, const HeadConfig& c) {
+  make_directory(dir);
+  const int64_t T = r.tokens;
+  auto write = [&](const char* name, const std::vector<float>& v, int64_t width) {
+    if (v.empty()) return;
+    io::write_npy_f32(dir + "/" + name, {T, width}, v.data());
+  };
+  write("normed.npy", r.stages.normed, c.hidden);
+  write("logits_raw.npy", r.stages.raw, c.vocab);
+  write("logits_scaled.npy", r.stages.scaled, c.vocab);
+  write("logits_div.npy", r.stages.div, c.vocab);
+  write("logits_tanh.npy", r.stages.tanh, c.vocab);
+  write("logits_capped.npy", r.stages.capped, c.vocab);
+}
+
+int run(const RunArgs& a) {
+  RunOptions opts;
+  if (!parse(a.activations, opts.activations)) throw Error("unknown --activations '" + a.activations + "'");
+  if (!parse(a.softcap, opts.softcap)) throw Error("unknown --softcap '" + a.softcap + "'");
+  opts.top_k = a.top_k;
+  opts.logprobs = a.logprobs;
+  opts.want_logits = !a.out.empty();
+  opts.want_stages = !a.dump.empty();
+
+  auto model = Model::open(a.model);
+  const HeadConfig& c = model->config();
+  const io::HiddenStates hidden = io::load_hidden(a.hidden);
+  if (hidden.hidden != c.hidden)
+    throw Error("hidden state '" + a.hidden + "' has " + std::to_string(hidden.hidden) +
+                " values per token, the model's hidden size is " + std::to_string(c.hidden));
+  Engine engine(model, a.backend.engine_options());
+  const RunResult r = engine.run(hidden.values, int(hidden.tokens), opts);
+
+  if (!a.out.empty()) io::write_npy_f32(a.out, {r.tokens, c.vocab}, r.logits.data());
+  if (!a.dump.empty()) dump_stages(a.dump, r, c);
+
+  if (a.json) {
+    nlohmann::json j;
+    j["backend"] = r.backend;
+    j["activations"] = a.activations;
+    j["softcap"] = a.softcap;
+    j["tokens"] = nlohmann::json::array();
+    for (int t = 0; t < r.tokens; ++t) {
+      const TokenChoice& ch = r.choices[t];
+      nlohmann::json tok = {{"token", t}, {"argmax", ch.argmax}, {"text", std::string(model->token_text(ch.argmax))},
+                            {"logit", ch.value}};
+      if (a.logprobs) tok["logprob"] = ch.logprob;
+      tok["ties"] = {{"count", ch.tie_count}, {"ids", ch.tied_ids}, {"decided_token", ch.tie_count > 1}};
+      nlohmann::json top = nlohmann::json::array();
+      for (const Candidate& cand : ch.top) {
+        nlohmann::json e = {{"id", cand.id}, {"text", std::string(model->token_text(cand.id))}, {"logit", cand.logit}};
+        if (a.logprobs) e["logprob"] = cand.logprob;
+        top.push_back(e);
+      }
+      tok["top_k"] = top;
+      j["tokens"].push_back(tok);
+    }
+    nlohmann::json times = nlohmann::json::object();
+    for (const StageTime& s : r.times) times[s.label] = s.ms;
+    j["times_ms"] = times;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+
+  std::printf("%s: %d token(s), backend %s, activations %s, soft cap %s\n", a.model.c_str(), r.tokens,
+              r.backend.c_str(), a.activations.c_str(), c.softcap == 0 ? "off (scale only)" : a.softcap.c_str());
+  for (int t = 0; t < r.tokens; ++t) {
+    const TokenChoice& ch = r.choices[t];
+    std::printf("token %d: argmax %d \"%s\" logit %.9g", t, ch.argmax,
+                printable(model->token_text(ch.argmax)).c_str(), ch.value);
+    if (a.logprobs) std::printf(" logprob %.6f", ch.logprob);
+    std::printf("\n");
+    if (ch.tie_count > 1) {
+      std::printf("  tie decided the token: %lld ids share the maximum %.9g, lowest id wins:",
+                  static_cast<long long>(ch.tie_count), ch.value);
+      for (int32_t id : ch.tied_ids) std::printf(" %d", id);
+      if (ch.tie_count > static_cast<int64_t>(ch.tied_ids.size())) std::printf(" ...");
+      std::printf("\n");
+    }
+    for (size_t i = 0; i < ch.top.size(); ++i) {
+      const Candidate& cand = ch.top[i];
+      std::printf("  %2zu. %8d %-24s %.9g", i + 1, cand.id,
+                  ("\"" + printable(model->token_text(cand.id)) + "\"").c_str(), cand.logit);
+      if (a.logprobs) std::printf("  logprob %.6f", cand.logprob);
+      std::printf("\n");
+    }
+  }
+  print_stage_times(r.times, a.profile);
+  if (!a.out.empty()) std::printf("wrote capped logits [%d, %lld] to %s\n", r.tokens, static_cast<long long>(c.vocab), a.out.c_str());
+  if (!a.dump.empty()) std::printf("wrote every stage to %s/\n", a.dump.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Action register_run(CLI::App& app) {
+  auto* cmd = app.add_subcommand("run", "Run hidden states through the tail and choose tokens");
+  auto a = std::make_shared<RunArgs>();
+  cmd->add_option("MODEL", a->model, "GGUF checkpoint")->required();
+  cmd->add_option("--hidden", a->hidden, "INPUT: a .npy (f32 [H] or [T, H]) or FILE.gguf:TENSOR (F32, ggml dims [H, T])")->required();
+  cmd->add_option("--activations", a->activations, "q8 (llama.cpp's CPU route, byte-exact) or f32")
+      ->check(CLI::IsMember({"q8", "f32"}))->capture_default_str();
+  cmd->add_option("--softcap", a->softcap, "nodes (llama.cpp's graph, byte-exact) or fused (one formula)")
+      ->check(CLI::IsMember({"nodes", "fused"}))->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "candidates to show per token")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  cmd->add_flag("--logprobs", a->logprobs, "log_softmax of the argmax and the top-k");
+  cmd->add_option("--out", a->out, "write the capped logits as f32 .npy [T, V]");
+  cmd->add_option("--dump", a->dump, "write every stage as DIR/<stage>.npy");
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->add_flag("--profile", a->profile, "print each stage's time");
+  add_backend_options(*cmd, a->backend);
+  return [a]() { return run(*a); };
+}
+
+}  // namespace lmhead::cli

@@ -1,0 +1,65 @@
+#pragma once
+// Shared pieces of the `lmhead` subcommands: every subcommand is a client of the public API.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lmhead/lmhead.hpp"
+
+namespace lmhead::cli {
+
+using Action = std::function<int()>;
+// Each subcommand registers itself and returns the action to run when it was chosen.
+Action register_info(CLI::App& app);
+Action register_run(CLI::App& app);
+Action register_make(CLI::App& app);
+Action register_bench(CLI::App& app);
+Action register_demo(CLI::App& app);
+
+// "924,571,648"
+std::string with_commas(uint64_t n);
+// A single-line progress bar on stderr, redrawn at most every 1 % (and only once when not a TTY).
+class ProgressBar {
+ public:
+  ProgressBar(std::string label, uint64_t total);
+  void update(uint64_t done);
+  void finish();
+ private:
+  std::string label_;
+  uint64_t total_;
+  int last_percent_ = -1;
+  bool tty_;
+};
+
+// The options every backend-using command takes.
+struct BackendOptions {
+  std::string backend = "cpu";
+  int threads = 0;
+  int gpus = 1;
+  EngineOptions engine_options() const;
+};
+void add_backend_options(CLI::App& cmd, BackendOptions& o);
+
+// Deterministic hidden states for demos and benchmarks: Gaussian-like values from a fixed seed.
+std::vector<float> synthetic_hidden(int64_t tokens, int64_t hidden, uint64_t seed);
+
+// Writes the synthetic checkpoint of `lmhead make` (also used by the demo to build its cache).
+struct MakeOptions {
+  int64_t vocab = 202048;
+  int64_t hidden = 6656;
+  std::string type = "q5_K";
+  std::string arch = "muse-glimmer";
+  double logit_scale = 0.196116;
+  double softcap = 20.0;
+  uint64_t seed = 1;
+  bool quiet = false;
+};
+void make_checkpoint(const std::string& path, const MakeOptions& o);
+
+void print_byte_bill(const HeadConfig& c);
+// One line of labelled stage times; `table` prints one stage per line with its share of the total.
+void print_stage_times(const std::vector<StageTime>& times, bool table);
+
+}  // namespace lmhead::cli
