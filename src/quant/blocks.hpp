@@ -52,12 +52,14 @@ static_assert(sizeof(block_q8_K) == 292);
 LMHEAD_HD uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 LMHEAD_HD float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
-// IEEE binary16 -> f32, exact for every input (subnormals, inf, NaN).
+// IEEE binary16 -> f32, exact for every input (subnormals, inf). A NaN keeps its sign and payload
+// and comes back quiet, as F16C's vcvtph2ps does: all 65,536 inputs match it bit for bit
+// (tests/quant_float_conversion_test.cpp).
 LMHEAD_HD float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1F;
   uint32_t mant = h & 0x3FF;
-  if (exp == 0x1F) return bits_f32(sign | 0x7F800000u | (mant << 13));
+  if (exp == 0x1F) return bits_f32(sign | 0x7F800000u | (mant != 0 ? 0x400000u : 0u) | (mant << 13));
   if (exp == 0) {
     if (mant == 0) return bits_f32(sign);
     // Subnormal: normalise the mantissa.
@@ -69,12 +71,14 @@ LMHEAD_HD float f16_to_f32(uint16_t h) {
   return bits_f32(sign | (exp + (127 - 15)) << 23 | (mant << 13));
 }
 
-// f32 -> binary16, round to nearest even (overflow to inf, NaN stays NaN).
+// f32 -> binary16, round to nearest even, overflow to inf. A NaN comes back quiet with the top 10
+// bits of its payload, as F16C's vcvtps2ph does: every f32 input matches it bit for bit
+// (tests/quant_float_conversion_test.cpp).
 LMHEAD_HD uint16_t f32_to_f16(float f) {
   const uint32_t x = f32_bits(f);
   const uint16_t sign = uint16_t((x >> 16) & 0x8000);
   const uint32_t ax = x & 0x7FFFFFFFu;
-  if (ax > 0x7F800000u) return uint16_t(sign | 0x7E00);  // NaN
+  if (ax > 0x7F800000u) return uint16_t(sign | 0x7E00 | ((ax >> 13) & 0x3FF));  // NaN
   if (ax >= 0x477FF000u) return uint16_t(sign | 0x7C00); // rounds to inf (>= 65520)
   if (ax < 0x38800000u) {                                 // result is subnormal or zero
     if (ax < 0x33000000u) return sign;                    // < 2^-25 rounds to 0 (ties at 2^-25 go to even 0)
@@ -95,6 +99,8 @@ LMHEAD_HD uint16_t f32_to_f16(float f) {
 }
 
 LMHEAD_HD float bf16_to_f32(uint16_t h) { return bits_f32(uint32_t(h) << 16); }
+// f32 -> bfloat16, round to nearest even (no flush of subnormals), NaN made quiet: ggml's
+// GGML_FP32_TO_BF16.
 LMHEAD_HD uint16_t f32_to_bf16(float f) {
   uint32_t x = f32_bits(f);
   if ((x & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((x >> 16) | 0x40);  // quiet NaN
@@ -113,12 +119,30 @@ LMHEAD_HD void k_scale_min(const uint8_t* scales, int j, uint8_t& sc, uint8_t& m
   }
 }
 
+// 4-bit value (0..15) of element e (0..255) of a Q4_K block: sub-block j = e / 32 sits in the low
+// nibbles (j even) or high nibbles (j odd) of qs[32 * (j / 2) ..].
+LMHEAD_HD int q4k_level(const block_q4_K& b, int e) {
+  const int p = e / 64, h = (e / 32) & 1, l = e % 32;
+  return h ? (b.qs[32 * p + l] >> 4) : (b.qs[32 * p + l] & 0x0F);
+}
+
 // 5-bit value (0..31) of element e (0..255) of a Q5_K block.
 LMHEAD_HD int q5k_level(const block_q5_K& b, int e) {
   const int p = e / 64, h = (e / 32) & 1, l = e % 32;
   const int low = h ? (b.qs[32 * p + l] >> 4) : (b.qs[32 * p + l] & 0x0F);
   const int high = (b.qh[l] >> (2 * p + h)) & 1;
   return low + 16 * high;
+}
+
+// Signed 6-bit value (-32..31) of element e (0..255) of a Q6_K block (numerics.md §3): in half n,
+// quarter c of 32 elements takes its low 4 bits from ql[64n + 32 * (c & 1) + l] (low nibble for
+// c < 2, high nibble otherwise) and its top 2 bits from bits 2c..2c+1 of qh[32n + l].
+LMHEAD_HD int q6k_level(const block_q6_K& b, int e) {
+  const int n = e / 128, c = (e % 128) / 32, l = e % 32;
+  const uint8_t low_byte = b.ql[64 * n + 32 * (c & 1) + l];
+  const int low = c < 2 ? (low_byte & 0x0F) : (low_byte >> 4);
+  const int high = (b.qh[32 * n + l] >> (2 * c)) & 3;
+  return (low | (high << 4)) - 32;
 }
 
 }  // namespace lmhead::quant
