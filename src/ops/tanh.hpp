@@ -11,6 +11,9 @@
 namespace lmhead::ops {
 namespace tanh_detail {
 
+using quant::bits_f32;
+using quant::f32_bits;
+
 #if defined(__CUDA_ARCH__)
 LMHEAD_HD float add(float a, float b) { return __fadd_rn(a, b); }
 LMHEAD_HD float sub(float a, float b) { return __fsub_rn(a, b); }
@@ -31,7 +34,8 @@ LMHEAD_HD float scale_exponent(float y, int k) {
 // e^x - 1 for the |x| < 44 that tanh needs (step 1 of §7b never decides a tanh value, but is kept
 // so the function is the whole em1 and can be checked on its own).
 LMHEAD_HD float em1(float x) {
-  const float ln2_hi = bits_f32(0x3f317180u), ln2_lo = bits_f32(0x3717f7d1u);
+  const float ln2_hi = bits_f32(0x3f317180u);
+  const float ln2_lo = bits_f32(0x3717f7d1u);
   const float invln2 = bits_f32(0x3fb8aa3bu);
   const float Q1 = bits_f32(0xbd088889u), Q2 = bits_f32(0x3ad00d01u), Q3 = bits_f32(0xb8a670cdu),
               Q4 = bits_f32(0x36867e54u), Q5 = bits_f32(0xb457edbbu);
@@ -48,7 +52,7 @@ LMHEAD_HD float em1(float x) {
     if (negative) return sub(1e-30f, 1.0f);
   }
 
-  float hi, lo, c = 0.0f;
+  float hi = 0.0f, lo = 0.0f, c = 0.0f;
   int k;
   if (h > 0x3eb17218u) {  // |x| > 0.5 ln2: reduce by k ln2
     if (h < 0x3F851592u) {
@@ -99,6 +103,8 @@ LMHEAD_HD float em1(float x) {
 
 LMHEAD_HD float portable_tanhf(float x) {
   using namespace tanh_detail;
+  using quant::bits_f32;
+  using quant::f32_bits;
   const uint32_t bits = f32_bits(x);
   const uint32_t a_bits = bits & 0x7fffffffu;
   const bool negative = (bits >> 31) != 0;
