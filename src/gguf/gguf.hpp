@@ -7,12 +7,27 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "lmhead/error.hpp"
 #include "lmhead/tensor_type.hpp"
 
+namespace lmhead::io {
+class MappedFile;
+}
+
 namespace lmhead::gguf {
+
+// general.alignment bounds. The upper bound is far above any real file's (32, sometimes 64 or a
+// 4 KiB page) and keeps every "round up to the alignment" of an in-file offset far from wrapping
+// around 2^64; a hostile 2^31 alignment could otherwise push the data section past any check.
+constexpr uint64_t kDefaultAlignment = 32;
+constexpr uint64_t kMaxAlignment = uint64_t(1) << 20;
+
+// Index of the first byte that breaks UTF-8 (overlong forms, surrogates and code points past
+// U+10FFFF included), or std::string_view::npos when `text` is valid.
+size_t invalid_utf8_at(std::string_view text);
 
 enum class ValueType : int32_t {
   u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7, string = 8,
@@ -53,6 +68,7 @@ struct TensorInfo {
   TensorType type = TensorType::F32;
   uint64_t offset = 0;             // relative to the data section
   uint64_t nbytes = 0;
+  uint64_t row_bytes = 0;          // bytes of one dim-0 row
   const uint8_t* data = nullptr;   // into the mapping
   int64_t elements() const { return dims[0] * dims[1] * dims[2] * dims[3]; }
 };
@@ -81,16 +97,22 @@ class File {
   std::string name_;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
-  void* mapping_ = nullptr;  // munmap on destruction when set
+  std::unique_ptr<io::MappedFile> mapping_;  // set by open(); from_bytes() borrows the caller's buffer
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
   std::vector<KeyValue> kvs_;
   std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string_view, size_t> kv_index_;
+  std::unordered_map<std::string_view, size_t> tensor_index_;
 };
 
 // Streaming writer: metadata and tensor infos up front, tensor bytes produced by callbacks so a
 // 1 GB head never has to sit in memory. write() goes to PATH.tmp-XXXX and renames on success.
+// Every add_* checks what the reader would refuse (duplicate names, invalid UTF-8, bad dims or
+// types) and throws then, so a Writer never produces a file lmhead cannot read back.
+// Fill is called with whole dim-0 rows, in order: `offset` is the byte offset inside the tensor,
+// `nbytes` a multiple of the row size (up to a few MiB per call).
 class Writer {
  public:
   using Fill = std::function<void(uint8_t* dst, uint64_t offset, uint64_t nbytes)>;  // chunks, in order
