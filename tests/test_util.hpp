@@ -1,0 +1,91 @@
+#pragma once
+// Helpers shared by the test suites: golden tensors, byte comparison with a useful report, temp dirs.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.hpp"
+
+namespace lmhead::testing {
+
+inline std::string data_path(const std::string& name) { return std::string(LMHEAD_TEST_DATA) + "/" + name; }
+
+// An F32 tensor of a golden file, as a flat vector in ggml order ([elements, tokens] -> token-major).
+inline std::vector<float> golden_f32(const gguf::File& f, const std::string& name) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) throw std::runtime_error("golden tensor missing: " + name);
+  if (t->type != TensorType::F32) throw std::runtime_error("golden tensor not f32: " + name);
+  std::vector<float> v(t->elements());
+  std::memcpy(v.data(), t->data, v.size() * sizeof(float));
+  return v;
+}
+
+inline uint32_t bits_of(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+
+// Distance in units in the last place between two finite floats of any sign.
+inline int64_t ulp_distance(float a, float b) {
+  auto ordered = [](float f) { const int32_t i = int32_t(bits_of(f)); return i < 0 ? int64_t(INT32_MIN) - i : int64_t(i); };
+  return std::llabs(ordered(a) - ordered(b));
+}
+
+// Byte equality of two float arrays; on failure names the count, the first index and both values.
+inline ::testing::AssertionResult same_bytes(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  size_t differ = 0, first = 0;
+  int64_t max_ulp = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (bits_of(got[i]) != bits_of(want[i])) {
+      if (differ++ == 0) first = i;
+      max_ulp = std::max(max_ulp, ulp_distance(got[i], want[i]));
+    }
+  }
+  if (differ == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << differ << " of " << got.size() << " differ (max " << max_ulp
+                                       << " ulp); first at " << first << ": got " << got[first] << " want "
+                                       << want[first];
+}
+
+// A fresh directory under the system temp dir, removed with its contents at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "lmhead-test-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() { std::error_code ec; std::filesystem::remove_all(path_, ec); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+ private:
+  std::string path_;
+};
+
+// Runs a shell command, returns its exit status and captures stdout (+ stderr when asked).
+struct CommandResult {
+  int status = -1;
+  std::string output;
+};
+inline CommandResult run_command(const std::string& cmd, bool with_stderr = true) {
+  CommandResult r;
+  FILE* p = popen((cmd + (with_stderr ? " 2>&1" : "")).c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+inline std::string cli() { return LMHEAD_CLI; }
+
+}  // namespace lmhead::testing
