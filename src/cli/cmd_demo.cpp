@@ -38,6 +38,7 @@ int demo(const DemoArgs& a) {
   const std::string path = a.model.empty() ? default_cache_path() : a.model;
   if (!exists(path)) {
     std::printf("creating the Muse Glimmer-shaped checkpoint once: %s\n", path.c_str());
+    std::fflush(stdout);
     make_checkpoint(path, MakeOptions{});
   } else {
     std::printf("using cached checkpoint %s\n", path.c_str());
