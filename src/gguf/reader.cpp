@@ -122,7 +122,7 @@ class Cursor {
     const char* chars = reinterpret_cast<const char*>(take(length, describe));
     std::string_view text(chars, length);
     if (size_t bad = invalid_utf8_at(text); bad != std::string_view::npos)
-      fail(describe() + " at offset " + num(start) + " is not valid UTF-8 (byte " + num(start + 8 + bad) + ")");
+      fail(describe() + " at offset " + num(start) + " is not valid UTF-8 (bad byte at offset " + num(start + 8 + bad) + ")");
     return text;
   }
 
@@ -295,13 +295,13 @@ void File::parse() {
   const uint64_t after_header = in.remaining();
   if (static_cast<uint64_t>(kv_count) > after_header / kMinKeyValueBytes)
     in.fail("key-value count " + num(kv_count) + " cannot fit: each key-value takes at least " +
-            num(kMinKeyValueBytes) + " bytes and only " + num(after_header) + " bytes follow the header");
+            num(kMinKeyValueBytes) + " bytes and only " + num(after_header) + " bytes follow the header (truncated or corrupt file)");
   if (static_cast<uint64_t>(tensor_count) > after_header / kMinTensorInfoBytes)
     in.fail("tensor count " + num(tensor_count) + " cannot fit: each tensor info takes at least " +
-            num(kMinTensorInfoBytes) + " bytes and only " + num(after_header) + " bytes follow the header");
+            num(kMinTensorInfoBytes) + " bytes and only " + num(after_header) + " bytes follow the header (truncated or corrupt file)");
   if (static_cast<uint64_t>(kv_count) * kMinKeyValueBytes + static_cast<uint64_t>(tensor_count) * kMinTensorInfoBytes > after_header)
     in.fail(num(kv_count) + " key-values and " + num(tensor_count) + " tensor infos cannot fit in the " +
-            num(after_header) + " bytes that follow the header");
+            num(after_header) + " bytes that follow the header (truncated or corrupt file)");
 
   // ---- key-values
   kvs_.reserve(static_cast<size_t>(kv_count));
@@ -351,7 +351,7 @@ void File::parse() {
         if (v.array_type == ValueType::string) {
           if (v.array_count > in.remaining() / 8)
             in.fail("key " + key_text + ": array of " + num(v.array_count) + " strings (length at offset " + num(count_offset) +
-                    ") cannot fit: each takes at least 8 bytes and only " + num(in.remaining()) + " bytes remain");
+                    ") cannot fit: each takes at least 8 bytes and only " + num(in.remaining()) + " bytes remain (truncated or corrupt file)");
           v.strings.reserve(static_cast<size_t>(v.array_count));
           for (uint64_t e = 0; e < v.array_count; ++e)
             v.strings.push_back(in.read_string([&] { return "element " + num(e) + " of array " + key_text; }));
@@ -391,7 +391,7 @@ void File::parse() {
   // ---- tensor infos
   if (static_cast<uint64_t>(tensor_count) > in.remaining() / kMinTensorInfoBytes)
     in.fail("tensor count " + num(tensor_count) + " cannot fit: each tensor info takes at least " +
-            num(kMinTensorInfoBytes) + " bytes and only " + num(in.remaining()) + " bytes follow the key-values");
+            num(kMinTensorInfoBytes) + " bytes and only " + num(in.remaining()) + " bytes follow the key-values (truncated or corrupt file)");
   tensors_.reserve(static_cast<size_t>(tensor_count));
   tensor_index_.reserve(static_cast<size_t>(tensor_count));
   for (uint64_t t = 0; t < static_cast<uint64_t>(tensor_count); ++t) {
