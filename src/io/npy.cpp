@@ -225,7 +225,8 @@ HiddenStates parse_npy_f32(std::span<const uint8_t> bytes, const std::string& na
   if (elements > present)
     fail("truncated: shape " + shape_text(h.shape) + " needs " +
          (elements > std::numeric_limits<uint64_t>::max() / 4 ? std::string("more than 2^64") : num(elements * 4)) +
-         " bytes of data at offset " + num(data_start) + ", file has " + num(data_bytes));
+         " bytes of data at offset " + num(data_start) + ", only " + num(data_bytes) + " follow the header (file has " +
+         num(size) + ")");
   if (elements * 4 != data_bytes)
     fail("data size mismatch: shape " + shape_text(h.shape) + " needs " + num(elements * 4) + " bytes of data at offset " +
          num(data_start) + ", but " + num(data_bytes) + " bytes follow the header");
