@@ -1,0 +1,89 @@
+#include "cpu/kernels.hpp"
+
+#include "quant/activation.hpp"
+#include "quant/vec_dot.hpp"
+
+namespace lmhead::cpu {
+namespace {
+
+// The oracle's own dot products, row by row: the fallback on CPUs without AVX2 and for head types
+// that have no SIMD kernel.
+template <TensorType Type>
+void scalar_q8(const HeadTile& tile, const TokenActs& acts, const RawOut& out, void*) {
+  for (int64_t r = 0; r < tile.count; ++r) {
+    const uint8_t* row = tile.rows + r * tile.row_bytes;
+    for (int t = 0; t < acts.tokens; ++t)
+      out.data[t * out.stride + r] = quant::vec_dot_q8_route(Type, row, acts.data + t * acts.stride, tile.hidden);
+  }
+}
+
+template <TensorType Type>
+void scalar_f32(const HeadTile& tile, const TokenActs& acts, const RawOut& out, void* scratch) {
+  for (int64_t r = 0; r < tile.count; ++r) {
+    const uint8_t* row = tile.rows + r * tile.row_bytes;
+    for (int t = 0; t < acts.tokens; ++t)
+      out.data[t * out.stride + r] = quant::vec_dot_f32_route(
+          Type, row, reinterpret_cast<const float*>(acts.data + t * acts.stride), tile.hidden,
+          static_cast<float*>(scratch));
+  }
+}
+
+template <TensorType Type>
+KernelSet scalar_set() {
+  KernelSet k;
+  k.q8 = &scalar_q8<Type>;
+  k.f32 = &scalar_f32<Type>;
+  return k;
+}
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+}  // namespace
+
+size_t kernel_scratch_bytes(int64_t hidden) {
+  // Room for four decoded rows in f32 (the f32 route) or one unpacked K-quant row with its scale
+  // vectors (the q8 route's batch path), plus slack for alignment.
+  return size_t(hidden) * 4 * sizeof(float) + 4096;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+  }
+  return "unknown";
+}
+
+Isa detect_isa() {
+  static const Isa isa = cpu_has_avx2() ? Isa::avx2 : Isa::scalar;
+  return isa;
+}
+
+KernelSet kernels_for(TensorType type, Isa limit) {
+  KernelSet k;
+  switch (type) {
+    case TensorType::Q4_K: k = scalar_set<TensorType::Q4_K>(); break;
+    case TensorType::Q5_K: k = scalar_set<TensorType::Q5_K>(); break;
+    case TensorType::Q6_K: k = scalar_set<TensorType::Q6_K>(); break;
+    case TensorType::Q8_0: k = scalar_set<TensorType::Q8_0>(); break;
+    case TensorType::F16: k = scalar_set<TensorType::F16>(); break;
+    case TensorType::BF16: k = scalar_set<TensorType::BF16>(); break;
+    case TensorType::F32: k = scalar_set<TensorType::F32>(); break;
+    default: return k;  // not a head type: both entries stay null
+  }
+  if (limit == Isa::scalar || detect_isa() == Isa::scalar) return k;
+
+  TileKernel q8 = nullptr, f32 = nullptr;
+  switch (type) {
+    case TensorType::Q5_K: q8 = &avx2::q5_K_q8; break;
+    default: break;
+  }
+  if (q8) { k.q8 = q8; k.q8_isa = Isa::avx2; }
+  if (f32) { k.f32 = f32; k.f32_isa = Isa::avx2; }
+  return k;
+}
+
+}  // namespace lmhead::cpu

@@ -1,0 +1,78 @@
+#pragma once
+// The CPU backend's kernel table: for each head type and activation route, the function that turns
+// a tile of weight rows and T tokens' activations into raw logits. Each entry reproduces the
+// scalar reference of quant/vec_dot.cpp byte for byte; the table is chosen once, at run time, from
+// the CPU's features (AVX2 + FMA + F16C), with the portable scalar loop as the fallback.
+//
+// Files named *_avx2.cpp are compiled with -mavx2 -mfma -mf16c. They must not call inline
+// functions or templates shared with portable code (the linker may keep the AVX2 copy for
+// everyone), so they use only intrinsics, block structs and their own internal helpers.
+#include <cstddef>
+#include <cstdint>
+
+#include "lmhead/lmhead.hpp"
+
+namespace lmhead::cpu {
+
+// Rows [0, count) of a head, row r at rows + r * row_bytes; `hidden` elements per row.
+struct HeadTile {
+  const uint8_t* rows = nullptr;
+  uint64_t row_bytes = 0;
+  int64_t count = 0;
+  int64_t hidden = 0;
+};
+
+// The call's activations: token t's block at data + t * stride (any alignment).
+struct TokenActs {
+  const uint8_t* data = nullptr;
+  size_t stride = 0;
+  int tokens = 0;
+};
+
+// raw[t * stride + r] receives the dot of row r with token t.
+struct RawOut {
+  float* data = nullptr;
+  size_t stride = 0;
+};
+
+// `scratch` is 64-byte aligned, at least kernel_scratch_bytes(hidden) bytes, private to the thread.
+using TileKernel = void (*)(const HeadTile& tile, const TokenActs& acts, const RawOut& out, void* scratch);
+
+size_t kernel_scratch_bytes(int64_t hidden);
+
+enum class Isa {
+  scalar,  // portable loops over quant::vec_dot_* (the oracle's own code)
+  avx2,    // AVX2 + FMA + F16C
+};
+const char* isa_name(Isa isa);
+// The best instruction set this CPU runs (scalar when AVX2, FMA or F16C is missing).
+Isa detect_isa();
+
+struct KernelSet {
+  TileKernel q8 = nullptr;   // the q8 activation route (activations in quant::activation_format)
+  TileKernel f32 = nullptr;  // the f32 route (activations are the normed f32 values)
+  Isa q8_isa = Isa::scalar;  // which implementation each entry is, for names and tests
+  Isa f32_isa = Isa::scalar;
+};
+// Kernels for `type` at the best level available up to `limit`; entries without a SIMD version
+// at that level fall back to scalar.
+KernelSet kernels_for(TensorType type, Isa limit);
+
+// ---- SIMD implementations (one file per head type, each compiled for its instruction set) ----
+namespace avx2 {
+void q5_K_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void q4_K_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void q6_K_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void q8_0_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void f16_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+// f32 route: the row decoded to f32 exactly as quant::dequantize_row does, then the 8-lane dot.
+void q5_K_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void q4_K_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void q6_K_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void q8_0_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void f16_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void bf16_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void f32_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+}  // namespace avx2
+
+}  // namespace lmhead::cpu

@@ -1,0 +1,85 @@
+#pragma once
+// Helpers shared by the *_avx2.cpp kernels. Include ONLY from files compiled with -mavx2 -mfma
+// -mf16c: everything here has internal linkage so no AVX2 copy can leak into portable code.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace lmhead::cpu::avx2 {
+namespace {
+
+// Q8_K activation block (numerics.md §3): d f32 @0, qs[256] @4, bsums[16] int16 @260. Read through
+// byte offsets because a token's blocks may sit at any address.
+constexpr int kQ8KBytes = 292, kQ8KQsAt = 4, kQ8KBsumsAt = 260;
+
+inline float q8k_d(const uint8_t* block) {
+  float d;
+  std::memcpy(&d, block, 4);
+  return d;
+}
+
+// f16 at p -> f32, exact (F16C converts subnormals, infinities and NaNs exactly).
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// The 6-bit scales and mins of a Q4_K / Q5_K super-block (numerics.md §3) as 16 bytes:
+// sc[0..7] then m[0..7]. Four 32-bit words do in a few operations what k_scale_min does per j.
+inline __m128i k_scales_mins(const uint8_t* packed) {
+  uint32_t w[4];
+  std::memcpy(w, packed, 12);
+  constexpr uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  const uint32_t m_hi = ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4);  // m[4..7]
+  const uint32_t m_lo = w[1] & low6;                                         // m[0..3]
+  const uint32_t sc_hi = (w[2] & low4) | (((w[0] >> 6) & low2) << 4);        // sc[4..7]
+  const uint32_t sc_lo = w[0] & low6;                                        // sc[0..3]
+  return _mm_set_epi32(int(m_hi), int(m_lo), int(sc_hi), int(sc_lo));
+}
+
+// sc[0..7] as int16 in both 128-bit halves.
+inline __m256i scale_pairs(__m128i scales_mins) {
+  return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scales_mins));
+}
+
+// sc[j] in all sixteen 16-bit lanes.
+inline __m256i broadcast_pair(__m256i pairs, int j) {
+  const int16_t pick = int16_t((2 * j) | ((2 * j + 1) << 8));
+  return _mm256_shuffle_epi8(pairs, _mm256_set1_epi16(pick));
+}
+
+// bsums[2j] + bsums[2j+1] for j = 0..7 (exact in int16: |bsums| <= 16 * 127).
+inline __m128i bsum_pairs(const uint8_t* q8k_block) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8k_block + kQ8KBsumsAt));
+  return _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+}
+
+inline int32_t hsum_epi32(__m128i v) {
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(v);
+}
+
+// sum_j m[j] * (bsums[2j] + bsums[2j+1]), exact.
+inline int32_t mins_dot_bsums(__m128i scales_mins, const uint8_t* q8k_block) {
+  const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(scales_mins, 8));
+  return hsum_epi32(_mm_madd_epi16(mins, bsum_pairs(q8k_block)));
+}
+
+// The reference reduction of eight lanes: h = [a0+a4, a1+a5, a2+a6, a3+a7]; (h0+h2) + (h1+h3).
+inline float reduce_lanes(__m256 acc) {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  const __m128 pairs = _mm_add_ps(h, _mm_movehl_ps(h, h));  // [h0+h2, h1+h3, ..]
+  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)));
+}
+
+// The four-lane reduction of the Q4_K mins: (m0 + m2) + (m1 + m3).
+inline float reduce_lanes4(__m128 m) {
+  const __m128 pairs = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)));
+}
+
+}  // namespace
+}  // namespace lmhead::cpu::avx2

@@ -1,0 +1,90 @@
+#include "cpu/synthetic_head.hpp"
+
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "lmhead/error.hpp"
+#include "quant/blocks.hpp"
+
+namespace lmhead::cpu {
+namespace {
+
+// A fast deterministic byte source (splitmix64): the Muse shape is 924 MB of blocks.
+struct Bytes {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  void fill(uint8_t* p, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) { const uint64_t v = next(); std::memcpy(p + i, &v, 8); }
+    if (i < n) { const uint64_t v = next(); std::memcpy(p + i, &v, n - i); }
+  }
+  // A small positive f16 factor in [2^-10, 2^-6), now and then zero or subnormal.
+  uint16_t small_f16() {
+    const uint64_t v = next();
+    if ((v & 63) == 0) return 0;
+    if ((v & 63) == 1) return uint16_t(1 + (v >> 8) % 1023);  // subnormal
+    return uint16_t(((5 + (v >> 8) % 4) << 10) | ((v >> 16) & 0x3FF));
+  }
+  float unit() { return float(next() >> 40) / float(1 << 24) * 2.0f - 1.0f; }
+};
+
+void put_f16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
+
+}  // namespace
+
+uint64_t row_bytes_of(TensorType type, int64_t hidden) {
+  const TensorTypeInfo* info = tensor_type_info(type);
+  if (info == nullptr || hidden % info->block_elems != 0)
+    throw Error("synthetic head: " + std::to_string(hidden) + " is not a whole number of " +
+                std::string(tensor_type_name(type)) + " blocks");
+  return uint64_t(hidden / info->block_elems) * uint64_t(info->block_bytes);
+}
+
+void fill_synthetic_rows(TensorType type, int64_t rows, int64_t hidden, uint64_t seed, uint8_t* dst) {
+  Bytes rng{seed * 0x2545F4914F6CDD1Dull + 1};
+  const uint64_t row_bytes = row_bytes_of(type, hidden);
+  const uint64_t total = row_bytes * uint64_t(rows);
+  switch (type) {
+    case TensorType::Q4_K:
+    case TensorType::Q5_K: {
+      const uint64_t bb = type == TensorType::Q4_K ? 144 : 176;
+      rng.fill(dst, total);
+      for (uint64_t at = 0; at < total; at += bb) {
+        put_f16(dst + at, rng.small_f16());
+        put_f16(dst + at + 2, rng.small_f16());
+      }
+      return;
+    }
+    case TensorType::Q6_K:
+      rng.fill(dst, total);
+      for (uint64_t at = 0; at < total; at += 210) put_f16(dst + at + 208, rng.small_f16());
+      return;
+    case TensorType::Q8_0:
+      rng.fill(dst, total);
+      for (uint64_t at = 0; at < total; at += 34) put_f16(dst + at, rng.small_f16());
+      return;
+    case TensorType::F16:
+    case TensorType::BF16:
+      for (uint64_t at = 0; at < total; at += 2) {
+        const float v = rng.unit() * 0.1f;
+        put_f16(dst + at, type == TensorType::F16 ? quant::f32_to_f16(v) : quant::f32_to_bf16(v));
+      }
+      return;
+    case TensorType::F32:
+      for (uint64_t at = 0; at < total; at += 4) {
+        const float v = rng.unit() * 0.1f;
+        std::memcpy(dst + at, &v, 4);
+      }
+      return;
+    default:
+      throw Error("synthetic head: " + std::string(tensor_type_name(type)) + " is not a head type");
+  }
+}
+
+}  // namespace lmhead::cpu

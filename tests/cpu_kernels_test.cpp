@@ -1,0 +1,159 @@
+// Every CPU kernel against the scalar reference dots of quant/vec_dot.cpp, byte for byte: many
+// shapes, 1..16 tokens, activations at odd addresses and strides, and sentinels around every output
+// cell the kernel must not touch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/kernels.hpp"
+#include "cpu/synthetic_head.hpp"
+#include "quant/activation.hpp"
+#include "quant/vec_dot.hpp"
+
+namespace lmhead::cpu {
+namespace {
+
+constexpr uint32_t kSentinel = 0x7fc0dead;  // a NaN no kernel computes
+
+uint32_t bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+
+struct AlignedScratch {
+  explicit AlignedScratch(size_t n) : p(static_cast<uint8_t*>(std::aligned_alloc(64, (n + 63) / 64 * 64))) {}
+  ~AlignedScratch() { std::free(p); }
+  uint8_t* p;
+};
+
+std::vector<float> random_normed(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  // A few large entries so some Q8_K blocks are dominated by one value, and a zero block.
+  x[rng() % n] = 40.0f;
+  if (n >= 512) std::fill(x.begin() + 256, x.begin() + 512, 0.0f);
+  return x;
+}
+
+struct KernelCase {
+  TensorType type;
+  ActivationRoute route;
+  int64_t rows, hidden;
+  int tokens;
+};
+
+std::string describe(const KernelCase& c) {
+  return std::string(tensor_type_name(c.type)) + (c.route == ActivationRoute::q8 ? " q8" : " f32") +
+         " rows " + std::to_string(c.rows) + " hidden " + std::to_string(c.hidden) + " tokens " +
+         std::to_string(c.tokens);
+}
+
+// Runs the best kernel for the case and compares every output with the reference dot.
+void check_kernel(const KernelCase& c, uint64_t seed) {
+  SCOPED_TRACE(describe(c));
+  std::mt19937 rng{uint32_t(seed)};
+  const uint64_t row_bytes = row_bytes_of(c.type, c.hidden);
+  // The weights start one byte past an aligned address: kernels must not assume alignment of rows.
+  std::vector<uint8_t> weight_store(row_bytes * c.rows + 64);
+  uint8_t* weights = weight_store.data() + 1;
+  fill_synthetic_rows(c.type, c.rows, c.hidden, seed, weights);
+
+  const auto fmt = quant::activation_format(c.type, c.route);
+  const bool q8 = c.route == ActivationRoute::q8;
+  // q8 blocks at odd byte offsets with an odd stride; f32 activations one float off 32-byte
+  // alignment with a stride of hidden + 3 floats.
+  const size_t stride = q8 ? quant::activation_bytes(fmt, c.hidden) + 3 : size_t(c.hidden + 3) * 4;
+  const size_t lead = q8 ? 5 : 4;
+  std::vector<uint8_t> act_store(lead + stride * c.tokens + 64);
+  std::vector<std::vector<float>> normed(c.tokens);
+  for (int t = 0; t < c.tokens; ++t) {
+    normed[t] = random_normed(c.hidden, rng);
+    uint8_t* dst = act_store.data() + lead + t * stride;
+    if (q8) quant::quantize_activations(fmt, normed[t].data(), c.hidden, dst);
+    else std::memcpy(dst, normed[t].data(), c.hidden * 4);
+  }
+
+  const size_t out_stride = size_t(c.rows) + 7;
+  std::vector<float> out(out_stride * c.tokens + 9);
+  for (float& v : out) std::memcpy(&v, &kSentinel, 4);
+  float* out0 = out.data() + 3;
+
+  const KernelSet ks = kernels_for(c.type, detect_isa());
+  AlignedScratch scratch(kernel_scratch_bytes(c.hidden));
+  const TileKernel kernel = q8 ? ks.q8 : ks.f32;
+  ASSERT_NE(kernel, nullptr);
+  kernel(HeadTile{weights, row_bytes, c.rows, c.hidden}, TokenActs{act_store.data() + lead, stride, c.tokens},
+         RawOut{out0, out_stride}, scratch.p);
+
+  std::vector<float> deq(c.hidden);
+  int64_t wrong = 0;
+  for (int t = 0; t < c.tokens; ++t) {
+    const uint8_t* act = act_store.data() + lead + t * stride;
+    std::vector<float> x(c.hidden);
+    std::memcpy(x.data(), act, q8 ? 0 : c.hidden * 4);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const uint8_t* row = weights + r * row_bytes;
+      const float want = q8 ? quant::vec_dot_q8_route(c.type, row, act, c.hidden)
+                            : quant::vec_dot_f32_route(c.type, row, x.data(), c.hidden, deq.data());
+      const float got = out0[t * out_stride + r];
+      if (bits(got) != bits(want) && wrong++ < 5)
+        ADD_FAILURE() << "token " << t << " row " << r << ": got " << got << " want " << want;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+  // Nothing outside [t][0, rows) was written.
+  for (size_t i = 0; i < out.size(); ++i) {
+    const bool inside = i >= 3 && (i - 3) % out_stride < size_t(c.rows) && (i - 3) / out_stride < size_t(c.tokens);
+    if (!inside) ASSERT_EQ(bits(out[i]), kSentinel) << "out-of-bounds write at cell " << i;
+  }
+}
+
+const TensorType kHeadTypes[] = {TensorType::Q5_K, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q8_0,
+                                 TensorType::F16,  TensorType::BF16, TensorType::F32};
+
+TEST(CpuKernels, ReportsInstructionSet) {
+  // Not an assertion of a fixed answer: the run's log says which kernels the other tests checked.
+  const Isa isa = detect_isa();
+  std::printf("cpu kernels: %s\n", isa_name(isa));
+  for (TensorType t : kHeadTypes) {
+    const KernelSet k = kernels_for(t, isa);
+    ASSERT_NE(k.q8, nullptr);
+    ASSERT_NE(k.f32, nullptr);
+    std::printf("  %-5s q8 route: %-6s f32 route: %s\n", std::string(tensor_type_name(t)).c_str(),
+                isa_name(k.q8_isa), isa_name(k.f32_isa));
+  }
+}
+
+TEST(CpuKernels, MatchScalarReferenceOverShapesAndTokens) {
+  // hidden from one super-block to 8,192; row counts that are not a multiple of anything.
+  const int64_t hiddens[] = {256, 512, 768, 1280, 2304, 8192};
+  const int64_t rows[] = {1, 7, 37, 64, 101};
+  uint64_t seed = 1;
+  for (TensorType type : kHeadTypes)
+    for (ActivationRoute route : {ActivationRoute::q8, ActivationRoute::f32})
+      for (int64_t h : hiddens) {
+        // Token counts cycle through 1..16 across the shapes so each count meets each path.
+        const int tokens = int(1 + (seed * 5) % 16);
+        const int64_t r = rows[seed % 5];
+        check_kernel({type, route, h > 2304 ? std::min<int64_t>(r, 9) : r, h, tokens}, seed);
+        ++seed;
+      }
+}
+
+TEST(CpuKernels, EveryTokenCountOnQ5K) {
+  for (int tokens = 1; tokens <= 16; ++tokens)
+    check_kernel({TensorType::Q5_K, ActivationRoute::q8, 19, 1024, tokens}, 100 + tokens);
+}
+
+TEST(CpuKernels, EveryTokenCountOnEachType) {
+  for (TensorType type : kHeadTypes)
+    for (ActivationRoute route : {ActivationRoute::q8, ActivationRoute::f32})
+      for (int tokens : {1, 2, 3, 4, 5, 8, 13, 16})
+        check_kernel({type, route, 11, 512, tokens}, 1000 + tokens + 17 * int(type));
+}
+
+}  // namespace
+}  // namespace lmhead::cpu
