@@ -91,7 +91,7 @@ uint16_t bf16_oracle(uint32_t x) {
 }
 
 TEST(FloatConversion, Bf16RoundsToNearestEven) {
-  // All 65,536 low halves under 1,028 upper halves: every 64th, plus zero, subnormal, the largest
+  // All 65,536 low halves under 1,040 upper halves: every 64th, plus zero, subnormal, the largest
   // finite, inf and NaN neighbourhoods of both signs.
   std::vector<uint32_t> uppers;
   for (uint32_t u = 0; u < 65536; u += 64) uppers.push_back(u);

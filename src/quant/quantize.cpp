@@ -2,6 +2,10 @@
 // Every float operation is rounded on its own and evaluated left to right as written (the project
 // builds with -ffp-contract=off); integers become floats where they meet floats; max/min scans
 // keep the first index on ties. docs/quantization.md records what this reproduces byte for byte.
+//
+// No multiply-add here may be fused: ggml's golden quantizations are the unfused evaluation, and
+// fusing e.g. the product inside nearest_int(iscale * (x - lo)) (with nearest_int's + 2^23 * 1.5)
+// or the D / scale / min numerators changes 22 of 128 Q4_K and 29 of 128 Q5_K golden blocks.
 #include "quant/quantize.hpp"
 
 #include <algorithm>
