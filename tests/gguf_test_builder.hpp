@@ -17,13 +17,14 @@ class GgufBytes {
 
   template <class T>
   GgufBytes& le(T v) {
-    uint8_t raw[sizeof(T)];
-    std::memcpy(raw, &v, sizeof(T));
-    bytes.insert(bytes.end(), raw, raw + sizeof(T));
-    return *this;
+    return append(&v, sizeof(T));
   }
-  GgufBytes& raw(std::string_view s) {
-    bytes.insert(bytes.end(), s.begin(), s.end());
+  GgufBytes& raw(std::string_view s) { return append(s.data(), s.size()); }
+  // resize + memcpy rather than vector::insert, which GCC 12 misreports under -Wstringop-overflow.
+  GgufBytes& append(const void* p, size_t n) {
+    const size_t at = bytes.size();
+    bytes.resize(at + n);
+    if (n) std::memcpy(bytes.data() + at, p, n);
     return *this;
   }
   GgufBytes& u8(uint8_t v) { return le(v); }
