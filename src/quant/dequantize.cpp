@@ -16,12 +16,12 @@ void dequantize_q4_K(const block_q4_K* blocks, float* y, int64_t nb) {
     const block_q4_K& b = blocks[i];
     const float d = f16_to_f32(b.d);
     const float dmin = f16_to_f32(b.dmin);
-    for (int e = 0; e < kSuperBlock; ++e) {
+    for (int j = 0; j < 8; ++j) {
       uint8_t sc, m;
-      k_scale_min(b.scales, e / 32, sc, m);
+      k_scale_min(b.scales, j, sc, m);
       const float scale = d * float(sc);
       const float min = dmin * float(m);
-      y[e] = scale * float(q4k_level(b, e)) - min;
+      for (int e = 32 * j; e < 32 * j + 32; ++e) y[e] = scale * float(q4k_level(b, e)) - min;
     }
     y += kSuperBlock;
   }
@@ -32,12 +32,12 @@ void dequantize_q5_K(const block_q5_K* blocks, float* y, int64_t nb) {
     const block_q5_K& b = blocks[i];
     const float d = f16_to_f32(b.d);
     const float dmin = f16_to_f32(b.dmin);
-    for (int e = 0; e < kSuperBlock; ++e) {
+    for (int j = 0; j < 8; ++j) {
       uint8_t sc, m;
-      k_scale_min(b.scales, e / 32, sc, m);
+      k_scale_min(b.scales, j, sc, m);
       const float scale = d * float(sc);
       const float min = dmin * float(m);
-      y[e] = scale * float(q5k_level(b, e)) - min;
+      for (int e = 32 * j; e < 32 * j + 32; ++e) y[e] = scale * float(q5k_level(b, e)) - min;
     }
     y += kSuperBlock;
   }
@@ -47,9 +47,9 @@ void dequantize_q6_K(const block_q6_K* blocks, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const block_q6_K& b = blocks[i];
     const float d = f16_to_f32(b.d);
-    for (int e = 0; e < kSuperBlock; ++e) {
-      const float scale = d * float(b.scales[e / 16]);
-      y[e] = scale * float(q6k_level(b, e));
+    for (int g = 0; g < 16; ++g) {
+      const float scale = d * float(b.scales[g]);
+      for (int e = 16 * g; e < 16 * g + 16; ++e) y[e] = scale * float(q6k_level(b, e));
     }
     y += kSuperBlock;
   }
