@@ -8,7 +8,9 @@
 namespace lmhead::quant {
 
 // q8 route: row in `head`'s format, act in activation_format(head, q8). n elements.
-// Q5_K follows numerics.md §5 (llama.cpp AVX2 order); the others document their order in the source.
+// Q5_K follows numerics.md §5 (llama.cpp AVX2 order); the others document their order in
+// vec_dot.cpp and docs/quantization.md. Note Q4_K: its mins accumulate in four lanes, as in
+// llama.cpp's AVX2 kernel, not in Q5_K's single scalar.
 float vec_dot_q8_route(TensorType head, const void* row, const void* act, int64_t n);
 
 // f32 route: the row dequantized (per §3 rounding) times f32 activations, accumulated in eight
