@@ -38,7 +38,7 @@ std::string temp_path(const std::string& name) { return ::testing::TempDir() + "
 
 std::vector<uint8_t> float_bytes(std::initializer_list<float> values) {
   std::vector<uint8_t> out(values.size() * 4);
-  std::memcpy(out.data(), values.begin(), out.size());
+  if (!out.empty()) std::memcpy(out.data(), values.begin(), out.size());
   return out;
 }
 

@@ -179,7 +179,7 @@ std::string shape_text(const std::vector<uint64_t>& shape) {
 HiddenStates parse_npy_f32(std::span<const uint8_t> bytes, const std::string& name) {
   auto fail = [&](const std::string& what) -> void { throw Error(name + ": " + what); };
   const uint64_t size = bytes.size();
-  if (std::memcmp(bytes.data(), kMagic, std::min<uint64_t>(size, kMagicBytes)) != 0)
+  if (size > 0 && std::memcmp(bytes.data(), kMagic, std::min<uint64_t>(size, kMagicBytes)) != 0)
     fail("not a .npy file (it does not start with \\x93NUMPY)");
   if (size < kMagicBytes + 2)
     fail("truncated: expected 8 bytes for the .npy magic and version, file has " + num(size));
