@@ -89,7 +89,9 @@ void expect_same_outputs(const ForwardOutput& got, const ForwardOutput& want, co
     for (size_t t = 0; t < want.sum_exp.size(); ++t)
       EXPECT_EQ(std::memcmp(&got.sum_exp[t], &want.sum_exp[t], 8), 0) << "sum_exp of token " << t;
   }
-  if (req.want_logits || req.want_stages) EXPECT_TRUE(same_floats_report("logits", got.logits, want.logits));
+  if (req.want_logits || req.want_stages) {
+    EXPECT_TRUE(same_floats_report("logits", got.logits, want.logits));
+  }
   if (req.want_stages) {
     EXPECT_TRUE(same_floats_report("normed", got.stages.normed, want.stages.normed));
     EXPECT_TRUE(same_floats_report("raw", got.stages.raw, want.stages.raw));
@@ -248,7 +250,9 @@ TEST(CpuThreadPool, SplitRangeCoversEverythingOnce) {
         for (int p = 0; p < parts; ++p) {
           const Range r = split_range(n, parts, p, align);
           EXPECT_EQ(r.begin, next);
-          if (p + 1 < parts) EXPECT_EQ(r.end % align == 0 || r.end == n, true);
+          if (p + 1 < parts) {
+            EXPECT_TRUE(r.end % align == 0 || r.end == n);
+          }
           next = r.end;
         }
         EXPECT_EQ(next, n);

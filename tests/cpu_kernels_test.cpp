@@ -107,7 +107,9 @@ void check_kernel(const KernelCase& c, uint64_t seed) {
   // Nothing outside [t][0, rows) was written.
   for (size_t i = 0; i < out.size(); ++i) {
     const bool inside = i >= 3 && (i - 3) % out_stride < size_t(c.rows) && (i - 3) / out_stride < size_t(c.tokens);
-    if (!inside) ASSERT_EQ(bits(out[i]), kSentinel) << "out-of-bounds write at cell " << i;
+    if (!inside) {
+      ASSERT_EQ(bits(out[i]), kSentinel) << "out-of-bounds write at cell " << i;
+    }
   }
 }
 

@@ -207,7 +207,12 @@ void CpuBackend::run_rows(int worker, const TokenActs& acts, const TileKernel ke
   for (int64_t first = rows.begin; first < rows.end; first += kTileRows) {
     const int64_t n = std::min(kTileRows, rows.end - first);
     HeadTile tile{head_.weights + first * head_.row_bytes, head_.row_bytes, n, head_.hidden};
-    kernel(tile, acts, RawOut{raw, size_t(kTileRows)}, w.kernel_scratch.get());
+    for (int t0 = 0; t0 < acts.tokens; t0 += kMaxKernelTokens) {
+      TokenActs slice = acts;
+      slice.data = acts.data + size_t(t0) * acts.stride;
+      slice.tokens = std::min(kMaxKernelTokens, acts.tokens - t0);
+      kernel(tile, slice, RawOut{raw + size_t(t0) * kTileRows, size_t(kTileRows)}, w.kernel_scratch.get());
+    }
 
     for (int t = 0; t < acts.tokens; ++t) {
       const float* tile_raw = raw + size_t(t) * kTileRows;

@@ -1,5 +1,7 @@
 #include "cpu/kernels.hpp"
 
+#include <algorithm>
+
 #include "quant/activation.hpp"
 #include "quant/vec_dot.hpp"
 
@@ -44,9 +46,12 @@ bool cpu_has_avx2() {
 }  // namespace
 
 size_t kernel_scratch_bytes(int64_t hidden) {
-  // Room for four decoded rows in f32 (the f32 route) or one unpacked K-quant row with its scale
-  // vectors (the q8 route's batch path), plus slack for alignment.
-  return size_t(hidden) * 4 * sizeof(float) + 4096;
+  // The largest of: four rows decoded to f32 plus every token's activations converted to f32 (the
+  // float kernels); one unpacked K-quant row (576 B per super-block) plus the prepared token-side
+  // values (at most 288 B per super-block and token). Plus slack for alignment.
+  const size_t floats = size_t(hidden) * sizeof(float) * (4 + kMaxKernelTokens);
+  const size_t kquant = size_t((hidden + 255) / 256) * (576 + 288 * kMaxKernelTokens);
+  return std::max(floats, kquant) + 4096;
 }
 
 const char* isa_name(Isa isa) {
@@ -78,7 +83,13 @@ KernelSet kernels_for(TensorType type, Isa limit) {
 
   TileKernel q8 = nullptr, f32 = nullptr;
   switch (type) {
-    case TensorType::Q5_K: q8 = &avx2::q5_K_q8; break;
+    case TensorType::Q4_K: q8 = &avx2::q4_K_q8; f32 = &avx2::q4_K_f32; break;
+    case TensorType::Q5_K: q8 = &avx2::q5_K_q8; f32 = &avx2::q5_K_f32; break;
+    case TensorType::Q6_K: q8 = &avx2::q6_K_q8; f32 = &avx2::q6_K_f32; break;
+    case TensorType::Q8_0: q8 = &avx2::q8_0_q8; f32 = &avx2::q8_0_f32; break;
+    case TensorType::F16: q8 = &avx2::f16_q8; f32 = &avx2::f16_f32; break;
+    case TensorType::BF16: q8 = &avx2::bf16_q8; f32 = &avx2::bf16_f32; break;
+    case TensorType::F32: q8 = &avx2::f32_f32; f32 = &avx2::f32_f32; break;
     default: break;
   }
   if (q8) { k.q8 = q8; k.q8_isa = Isa::avx2; }

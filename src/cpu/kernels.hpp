@@ -22,7 +22,11 @@ struct HeadTile {
   int64_t hidden = 0;
 };
 
-// The call's activations: token t's block at data + t * stride (any alignment).
+// Tokens per kernel call: the backend hands larger batches over in slices of this many.
+constexpr int kMaxKernelTokens = 16;
+
+// The call's activations: token t's block at data + t * stride (any alignment), 1 <= tokens <=
+// kMaxKernelTokens. f32 activations are at least 4-byte aligned.
 struct TokenActs {
   const uint8_t* data = nullptr;
   size_t stride = 0;
@@ -65,6 +69,7 @@ void q4_K_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void q6_K_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void q8_0_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void f16_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void bf16_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 // f32 route: the row decoded to f32 exactly as quant::dequantize_row does, then the 8-lane dot.
 void q5_K_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void q4_K_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);

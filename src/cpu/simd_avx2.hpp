@@ -9,6 +9,14 @@
 namespace lmhead::cpu::avx2 {
 namespace {
 
+// Pins a vector value in a register at this point of the program. GCC reassociates chains of
+// integer vector adds into trees, which for the batch kernels means computing every product first
+// and spilling most of them; a pin after each add keeps the chain a chain.
+template <class V>
+inline void keep_in_register(V& v) {
+  asm("" : "+x"(v));
+}
+
 // Q8_K activation block (numerics.md §3): d f32 @0, qs[256] @4, bsums[16] int16 @260. Read through
 // byte offsets because a token's blocks may sit at any address.
 constexpr int kQ8KBytes = 292, kQ8KQsAt = 4, kQ8KBsumsAt = 260;

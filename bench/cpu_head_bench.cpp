@@ -1,0 +1,182 @@
+// CPU head microbenchmarks. Each full-shape line measures the machine's read ceiling in the same
+// run, right before the head, and reports the ratio first:
+//   ratio <r> | <GB/s> of ceiling <GB/s> | <bytes> B | median <ms> (min <ms>, max <ms>)
+// The Muse-shape heads (202,048 x 6,656) are synthesized in memory (random valid blocks).
+//
+//   lmhead_microbench --benchmark_filter='CpuHead/q5_K'     full head, threads x tokens
+//   lmhead_microbench --benchmark_filter='Kernel'           one thread, weights in L2/L3: compute only
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/synthetic_head.hpp"
+#include "quant/activation.hpp"
+
+namespace lmhead::cpu {
+namespace {
+
+constexpr int64_t kMuseVocab = 202048, kMuseHidden = 6656;
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+struct SyntheticHead {
+  TensorType type = TensorType::F32;
+  int64_t vocab = 0, hidden = 0;
+  std::unique_ptr<uint8_t[], FreeDeleter> weights;
+  std::vector<float> gamma;
+  HeadView view;
+};
+
+// One full-shape head at a time (a Q8_0 or F16 Muse head is 1.4 / 2.7 GB).
+SyntheticHead& muse_head(TensorType type) {
+  static SyntheticHead head;
+  if (head.weights && head.type == type) return head;
+  head.weights.reset();
+  head.type = type;
+  head.vocab = kMuseVocab;
+  head.hidden = kMuseHidden;
+  const uint64_t rb = row_bytes_of(type, kMuseHidden);
+  head.weights.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, (rb * kMuseVocab + 4095) / 4096 * 4096)));
+  fill_synthetic_rows(type, kMuseVocab, kMuseHidden, 2026, head.weights.get());
+  head.gamma.assign(kMuseHidden, 1.0f);
+  head.view = HeadView{};
+  head.view.type = type;
+  head.view.weights = head.weights.get();
+  head.view.vocab = kMuseVocab;
+  head.view.hidden = kMuseHidden;
+  head.view.row_bytes = rb;
+  head.view.gamma = head.gamma.data();
+  head.view.logit_scale = 0.196116f;
+  head.view.softcap = 20.0f;
+  return head;
+}
+
+std::vector<float> random_hidden(int tokens, int64_t hidden) {
+  std::mt19937 rng{1234};
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(size_t(tokens) * hidden);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+std::string with_commas(uint64_t v) {
+  std::string s = std::to_string(v);
+  for (int i = int(s.size()) - 3; i > 0; i -= 3) s.insert(size_t(i), ",");
+  return s;
+}
+
+// Full head through the backend (norm, quantize, head, scale, cap, argmax), summaries only.
+void BM_CpuHead(benchmark::State& state) {
+  const auto type = TensorType(state.range(0));
+  const int threads = int(state.range(1));
+  const int tokens = int(state.range(2));
+  const auto route = state.range(3) ? ActivationRoute::f32 : ActivationRoute::q8;
+  SyntheticHead& head = muse_head(type);
+  const uint64_t bytes = head.view.row_bytes * uint64_t(head.vocab);
+  auto backend = make_cpu_backend(head.view, threads);
+  const std::vector<float> hidden = random_hidden(tokens, head.hidden);
+  ForwardRequest req;
+  req.activations = route;
+  ForwardOutput out;
+
+  const double ceiling = measure_cpu_read_ceiling_gbps(uint64_t(1) << 30, threads);
+  backend->forward(hidden.data(), tokens, req, out);  // warm: pages, pool, scratch
+  std::vector<double> ms;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    backend->forward(hidden.data(), tokens, req, out);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    benchmark::DoNotOptimize(out.summaries.data());
+  }
+  std::sort(ms.begin(), ms.end());
+  const double median = ms[ms.size() / 2];
+  const double gbps = double(bytes) / (median * 1e-3) / 1e9;
+  state.counters["ratio"] = gbps / ceiling;
+  state.counters["GBps"] = gbps;
+  state.counters["ceiling_GBps"] = ceiling;
+  state.counters["median_ms"] = median;
+  char label[256];
+  std::snprintf(label, sizeof label, "ratio %.3f | %.2f GB/s of ceiling %.2f GB/s | %s B | median %.2f ms (min %.2f, max %.2f)",
+                gbps / ceiling, gbps, ceiling, with_commas(bytes).c_str(), median, ms.front(), ms.back());
+  state.SetLabel(label);
+}
+
+void CpuHeadArgs(benchmark::internal::Benchmark* b) {
+  for (int threads : {2, 1})
+    for (int tokens : {1, 2, 4, 8, 16}) b->Args({int(TensorType::Q5_K), threads, tokens, 0});
+}
+
+BENCHMARK(BM_CpuHead)->Name("CpuHead/q5_K")->Apply(CpuHeadArgs)->Iterations(7)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CpuHead)
+    ->Name("CpuHead/other")
+    ->ArgsProduct({{int(TensorType::Q4_K), int(TensorType::Q6_K), int(TensorType::Q8_0), int(TensorType::F16)},
+                   {2},
+                   {1, 16},
+                   {0}})
+    ->Iterations(5)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CpuHead)
+    ->Name("CpuHead/f32route")
+    ->ArgsProduct({{int(TensorType::Q5_K)}, {2}, {1, 16}, {1}})
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+
+void BM_ReadCeiling(benchmark::State& state) {
+  const int threads = int(state.range(0));
+  double gbps = 0;
+  for (auto _ : state) gbps = measure_cpu_read_ceiling_gbps(uint64_t(1) << 30, threads);
+  state.counters["GBps"] = gbps;
+}
+BENCHMARK(BM_ReadCeiling)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+// One tile kernel, one thread, over a head small enough to stay in L2/L3 (512 rows): the compute
+// cost per super-block and token, with no DRAM in the way.
+void BM_Kernel(benchmark::State& state) {
+  const auto type = TensorType(state.range(0));
+  const int tokens = int(state.range(1));
+  const bool q8 = state.range(2) == 0;
+  const int64_t rows = 64, hidden = kMuseHidden;
+  const uint64_t rb = row_bytes_of(type, hidden);
+  std::vector<uint8_t> weights(rb * rows);
+  fill_synthetic_rows(type, rows, hidden, 7, weights.data());
+  const auto fmt = quant::activation_format(type, q8 ? ActivationRoute::q8 : ActivationRoute::f32);
+  const size_t stride = quant::activation_bytes(fmt, hidden);
+  std::vector<uint8_t> acts(stride * tokens);
+  const std::vector<float> x = random_hidden(tokens, hidden);
+  for (int t = 0; t < tokens; ++t) quant::quantize_activations(fmt, x.data() + t * hidden, hidden, acts.data() + t * stride);
+  const KernelSet ks = kernels_for(type, detect_isa());
+  const TileKernel kernel = q8 ? ks.q8 : ks.f32;
+  std::vector<float> out(size_t(rows) * tokens);
+  void* scratch = std::aligned_alloc(64, (kernel_scratch_bytes(hidden) + 63) / 64 * 64);
+  for (auto _ : state) {
+    kernel(HeadTile{weights.data(), rb, rows, hidden}, TokenActs{acts.data(), stride, tokens},
+           RawOut{out.data(), size_t(rows)}, scratch);
+    benchmark::DoNotOptimize(out.data());
+  }
+  std::free(scratch);
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(rb * rows));
+  state.counters["row_tokens_per_s"] =
+      benchmark::Counter(double(state.iterations()) * double(rows) * tokens, benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(tensor_type_name(type)) + (q8 ? " q8 " : " f32 ") + isa_name(q8 ? ks.q8_isa : ks.f32_isa));
+}
+BENCHMARK(BM_Kernel)
+    ->ArgsProduct({{int(TensorType::Q5_K), int(TensorType::Q4_K), int(TensorType::Q6_K), int(TensorType::Q8_0),
+                    int(TensorType::F16)},
+                   {1, 4, 16},
+                   {0}});
+BENCHMARK(BM_Kernel)->ArgsProduct({{int(TensorType::Q5_K)}, {1, 16}, {1}});
+
+}  // namespace
+}  // namespace lmhead::cpu
