@@ -136,6 +136,7 @@ class Writer {
   Writer();
   ~Writer();
  private:
+  void push_item(std::unique_ptr<Item> item);  // refuses a key added twice
   std::vector<std::unique_ptr<Item>> kvs_;
   struct Tensor;
   std::vector<std::unique_ptr<Tensor>> tensors_;

@@ -69,13 +69,11 @@ std::unique_ptr<Writer::Item> make_item(std::string key, ValueType type) {
 
 // Keys keep their first insertion position; adding a key twice is a mistake the reader would
 // refuse as a duplicate, so it is refused here.
-#define LMHEAD_ADD_ITEM(item)                                                              \
-  do {                                                                                     \
-    for (const auto& existing : kvs_)                                                      \
-      if (existing->key == (item)->key)                                                    \
-        throw Error("GGUF writer: duplicate key '" + (item)->key + "'");                   \
-    kvs_.push_back(std::move(item));                                                       \
-  } while (0)
+void Writer::push_item(std::unique_ptr<Item> item) {
+  for (const auto& existing : kvs_)
+    if (existing->key == item->key) throw Error("GGUF writer: duplicate key '" + item->key + "'");
+  kvs_.push_back(std::move(item));
+}
 
 void Writer::set_alignment(uint32_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kMaxAlignment)
@@ -96,12 +94,12 @@ void Writer::add_u32(std::string key, uint32_t v) {
   if (key == "general.alignment") {
     for (const auto& existing : kvs_)
       if (existing->key == key) throw Error("GGUF writer: duplicate key 'general.alignment'");
-    set_alignment(v);
+    set_alignment(v);  // the key and the layout's alignment must agree, so they are set together
     return;
   }
   auto item = make_item(std::move(key), ValueType::u32);
   put<uint32_t>(item->encoded, v);
-  LMHEAD_ADD_ITEM(item);
+  push_item(std::move(item));
 }
 
 namespace {
@@ -115,28 +113,28 @@ void Writer::add_i32(std::string key, int32_t v) {
   refuse_alignment_key(key, "i32");
   auto item = make_item(std::move(key), ValueType::i32);
   put<int32_t>(item->encoded, v);
-  LMHEAD_ADD_ITEM(item);
+  push_item(std::move(item));
 }
 
 void Writer::add_u64(std::string key, uint64_t v) {
   refuse_alignment_key(key, "u64");
   auto item = make_item(std::move(key), ValueType::u64);
   put<uint64_t>(item->encoded, v);
-  LMHEAD_ADD_ITEM(item);
+  push_item(std::move(item));
 }
 
 void Writer::add_f32(std::string key, float v) {
   refuse_alignment_key(key, "f32");
   auto item = make_item(std::move(key), ValueType::f32);
   put<float>(item->encoded, v);
-  LMHEAD_ADD_ITEM(item);
+  push_item(std::move(item));
 }
 
 void Writer::add_bool(std::string key, bool v) {
   refuse_alignment_key(key, "bool");
   auto item = make_item(std::move(key), ValueType::boolean);
   put<uint8_t>(item->encoded, v ? 1 : 0);
-  LMHEAD_ADD_ITEM(item);
+  push_item(std::move(item));
 }
 
 void Writer::add_string(std::string key, std::string v) {
@@ -144,7 +142,7 @@ void Writer::add_string(std::string key, std::string v) {
   check_utf8(v, "the value of key '" + key + "'");
   auto item = make_item(std::move(key), ValueType::string);
   put_string(item->encoded, v);
-  LMHEAD_ADD_ITEM(item);
+  push_item(std::move(item));
 }
 
 void Writer::add_string_array(std::string key, std::vector<std::string> v) {
@@ -154,7 +152,7 @@ void Writer::add_string_array(std::string key, std::vector<std::string> v) {
   put<int32_t>(item->encoded, static_cast<int32_t>(ValueType::string));
   put<uint64_t>(item->encoded, v.size());
   for (const std::string& s : v) put_string(item->encoded, s);
-  LMHEAD_ADD_ITEM(item);
+  push_item(std::move(item));
 }
 
 void Writer::add_f32_array(std::string key, std::vector<float> v) {
@@ -163,10 +161,8 @@ void Writer::add_f32_array(std::string key, std::vector<float> v) {
   put<int32_t>(item->encoded, static_cast<int32_t>(ValueType::f32));
   put<uint64_t>(item->encoded, v.size());
   for (float f : v) put<float>(item->encoded, f);
-  LMHEAD_ADD_ITEM(item);
+  push_item(std::move(item));
 }
-
-#undef LMHEAD_ADD_ITEM
 
 void Writer::add_tensor(std::string name, TensorType type, std::vector<int64_t> dims, Fill fill) {
   check_utf8(name, "tensor name '" + name + "'");
