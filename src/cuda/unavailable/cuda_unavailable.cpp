@@ -1,19 +1,31 @@
 // Linked when lmhead is built without a CUDA compiler: the cuda backend reports why it is absent.
 #include "backend/backend.hpp"
+#include "cuda/cuda_backend.hpp"
 
 namespace lmhead {
 
+namespace {
+constexpr const char* kNoCuda = "lmhead was built without CUDA (no nvcc found at configure time)";
+}
+
 bool cuda_available(std::string* why_not) {
-  if (why_not) *why_not = "lmhead was built without CUDA (no nvcc found at configure time)";
+  if (why_not) *why_not = kNoCuda;
   return false;
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const HeadView&, int) {
-  throw Error("the cuda backend is not available: lmhead was built without CUDA (no nvcc found at configure time)");
+  throw Error(std::string("the cuda backend is not available: ") + kNoCuda);
 }
 
 double measure_cuda_read_ceiling_gbps(uint64_t) {
-  throw Error("the cuda read ceiling needs the cuda backend: lmhead was built without CUDA");
+  throw Error(std::string("the cuda read ceiling needs the cuda backend: ") + kNoCuda);
 }
+
+namespace cuda {
+void set_tuning(Backend&, const Tuning&) { throw Error(std::string("cuda tuning: ") + kNoCuda); }
+Tuning get_tuning(Backend&) { throw Error(std::string("cuda tuning: ") + kNoCuda); }
+CallInfo last_call(Backend&) { throw Error(std::string("cuda call info: ") + kNoCuda); }
+void tanh_sweep(uint64_t, uint64_t, uint32_t*) { throw Error(std::string("cuda tanh sweep: ") + kNoCuda); }
+}  // namespace cuda
 
 }  // namespace lmhead

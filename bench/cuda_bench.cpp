@@ -1,0 +1,276 @@
+// The CUDA backend at the Muse shape (Q5_K head 202,048 x 6,656, 924,571,648 B), synthesized in
+// memory with random valid blocks: tuning sweep, per-T figures against a read ceiling measured in
+// the same run, the other head types at T = 1, and a table last. Built by bench/gpu.sh.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "quant/blocks.hpp"
+
+using namespace lmhead;
+
+namespace {
+
+constexpr int64_t kVocab = 202048, kHidden = 6656;
+
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+struct Head {
+  std::vector<uint8_t> weights;
+  std::vector<float> gamma;
+  HeadView view;
+};
+
+Head make_head(TensorType type, uint64_t seed) {
+  const TensorTypeInfo* info = tensor_type_info(type);
+  const uint64_t row_bytes = uint64_t(kHidden / info->block_elems * info->block_bytes);
+  Head h;
+  h.weights.resize(size_t(kVocab) * row_bytes);
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (unsigned w = 0; w < threads; ++w)
+    pool.emplace_back([&, w] {
+      uint64_t s = seed * 1000003 + w;
+      for (int64_t r = w; r < kVocab; r += threads) {
+        uint8_t* row = h.weights.data() + size_t(r) * row_bytes;
+        for (uint64_t i = 0; i + 8 <= row_bytes; i += 8) {
+          const uint64_t v = splitmix(s);
+          std::memcpy(row + i, &v, 8);
+        }
+        for (uint64_t i = row_bytes / 8 * 8; i < row_bytes; ++i) row[i] = uint8_t(splitmix(s));
+        const int64_t nb = kHidden / info->block_elems;
+        for (int64_t b = 0; b < nb; ++b) {
+          uint8_t* blk = row + size_t(b) * info->block_bytes;
+          const float u = float(splitmix(s) >> 40) / float(1 << 24);
+          const uint16_t d = quant::f32_to_f16(0.001f + 0.02f * u);
+          const uint16_t dmin = quant::f32_to_f16(0.0005f + 0.01f * u);
+          switch (type) {
+            case TensorType::Q4_K:
+            case TensorType::Q5_K: std::memcpy(blk, &d, 2); std::memcpy(blk + 2, &dmin, 2); break;
+            case TensorType::Q6_K: std::memcpy(blk + 208, &d, 2); break;
+            case TensorType::Q8_0: std::memcpy(blk, &d, 2); break;
+            default: break;
+          }
+        }
+      }
+    });
+  for (auto& t : pool) t.join();
+  h.gamma.resize(kHidden);
+  uint64_t s = seed;
+  for (auto& g : h.gamma) g = 0.5f + float(splitmix(s) >> 40) / float(1 << 24);
+  h.view.type = type;
+  h.view.weights = h.weights.data();
+  h.view.vocab = kVocab;
+  h.view.hidden = kHidden;
+  h.view.row_bytes = row_bytes;
+  h.view.gamma = h.gamma.data();
+  h.view.eps = 1e-5f;
+  h.view.logit_scale = 0.196116f;
+  h.view.softcap = 20.0f;
+  return h;
+}
+
+std::vector<float> make_hidden(int T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> x(size_t(T) * kHidden);
+  for (auto& v : x) v = n(rng);
+  return x;
+}
+
+struct Timing {
+  double wall_ms = 0;   // median of forward() wall time (what a caller sees)
+  double gpu_ms = 0;    // median of the graph's event time (first to last event)
+  double head_ms = 0;   // median of the head stage (when stage events are on)
+  std::vector<StageTime> stages;
+};
+
+Timing time_forward(Backend& b, int T, int runs, const ForwardRequest& req) {
+  const std::vector<float> hidden = make_hidden(T, 77 + T);
+  ForwardOutput out;
+  for (int i = 0; i < 5; ++i) b.forward(hidden.data(), T, req, out);
+  std::vector<double> wall, gpu, head;
+  for (int i = 0; i < runs; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    b.forward(hidden.data(), T, req, out);
+    const auto t1 = std::chrono::steady_clock::now();
+    wall.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    double g = 0, h = -1;
+    for (const StageTime& s : out.times) {
+      g += s.ms;
+      if (s.label.rfind("head", 0) == 0) h = s.ms;
+    }
+    gpu.push_back(g);
+    head.push_back(h);
+  }
+  auto median = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
+  Timing t;
+  t.wall_ms = median(wall);
+  t.gpu_ms = median(gpu);
+  t.head_ms = median(head);
+  t.stages = out.times;
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  std::string why;
+  if (!cuda_available(&why)) {
+    std::printf("no usable GPU: %s\n", why.c_str());
+    return 1;
+  }
+  try {
+    const double ceiling = measure_cuda_read_ceiling_gbps(uint64_t(4) << 30);
+    std::printf("ceiling: read-only stream of 4 GiB: %.1f GB/s\n", ceiling);
+    const int runs = quick ? 20 : 100;
+
+    Head q5 = make_head(TensorType::Q5_K, 1);
+    const double bytes = double(q5.view.vocab) * double(q5.view.row_bytes);
+    auto gpu = make_cuda_backend(q5.view, 1);
+    ForwardRequest req;
+
+    // Full-shape spot check: the tensor-core kernel and the generic kernel agree byte for byte.
+    {
+      ForwardRequest lr;
+      lr.want_logits = true;
+      for (int T : {1, 16}) {
+        const std::vector<float> hidden = make_hidden(T, 5 + T);
+        ForwardOutput a, b;
+        cuda::Tuning t;
+        cuda::set_tuning(*gpu, t);
+        gpu->forward(hidden.data(), T, lr, a);
+        t.use_mma = false;
+        cuda::set_tuning(*gpu, t);
+        gpu->forward(hidden.data(), T, lr, b);
+        size_t diff = 0;
+        for (size_t i = 0; i < a.logits.size(); ++i) diff += std::memcmp(&a.logits[i], &b.logits[i], 4) != 0;
+        std::printf("check T=%d: mma vs generic capped logits: %zu of %zu differ; argmax %d vs %d\n", T, diff,
+                    a.logits.size(), a.summaries[0].argmax, b.summaries[0].argmax);
+      }
+    }
+
+    // Tuning sweep.
+    struct Cfg { const char* name; cuda::Tuning t; };
+    std::vector<Cfg> cfgs;
+    auto add = [&](const char* name, int warps, int stages, bool events, bool pdl, bool prefetch) {
+      cuda::Tuning t;
+      t.mma_warps = warps; t.mma_stages = stages; t.stage_events = events; t.pdl = pdl; t.prefetch_l2 = prefetch;
+      cfgs.push_back({name, t});
+    };
+    add("w8 s6 events", 8, 6, true, false, false);
+    add("w8 s6 pdl", 8, 6, false, true, false);
+    add("w8 s6 pdl prefetch", 8, 6, false, true, true);
+    add("w8 s8 pdl", 8, 8, false, true, false);
+    add("w12 s6 pdl", 12, 6, false, true, false);
+    add("w16 s4 pdl", 16, 4, false, true, false);
+    add("w8 s8 events", 8, 8, true, false, false);
+    int best_cfg = 0;
+    double best_score = 1e30;
+    std::printf("\n-- tuning sweep (Q5_K q8 route, nodes cap, argmax; medians of %d calls) --\n", runs);
+    for (size_t i = 0; i < cfgs.size(); ++i) {
+      cuda::set_tuning(*gpu, cfgs[i].t);
+      double score = 0;
+      for (int T : {1, 4, 16}) {
+        const Timing tm = time_forward(*gpu, T, runs, req);
+        std::printf("%-20s T=%-2d wall %.4f ms  gpu %.4f ms  head %.4f ms  ratio(wall) %.3f\n", cfgs[i].name, T,
+                    tm.wall_ms, tm.gpu_ms, tm.head_ms, bytes / (tm.wall_ms * 1e6) / ceiling);
+        score += tm.wall_ms;
+      }
+      if (score < best_score) { best_score = score; best_cfg = int(i); }
+    }
+    {
+      cuda::Tuning t;
+      t.use_mma = false;
+      cuda::set_tuning(*gpu, t);
+      for (int T : {1, 2}) {
+        const Timing tm = time_forward(*gpu, T, runs, req);
+        std::printf("%-20s T=%-2d wall %.4f ms  gpu %.4f ms  head %.4f ms  ratio(wall) %.3f\n", "generic kernel", T,
+                    tm.wall_ms, tm.gpu_ms, tm.head_ms, bytes / (tm.wall_ms * 1e6) / ceiling);
+      }
+    }
+    std::printf("best configuration: %s\n", cfgs[size_t(best_cfg)].name);
+
+    // Main figures with the best configuration, and its stage split with events on.
+    struct Row { int T; double wall, gpu, gbps, ratio; };
+    std::vector<Row> rows;
+    std::printf("\n-- Q5_K head, whole tail with argmax, %s --\n", cfgs[size_t(best_cfg)].name);
+    for (int T : {1, 2, 4, 8, 16}) {
+      cuda::set_tuning(*gpu, cfgs[size_t(best_cfg)].t);
+      const Timing tm = time_forward(*gpu, T, runs, req);
+      const double gbps = bytes / (tm.wall_ms * 1e6);
+      rows.push_back({T, tm.wall_ms, tm.gpu_ms, gbps, gbps / ceiling});
+      std::printf("ratio %.3f | T=%-2d | %.4f ms (gpu %.4f ms) | %.0f B | %.1f GB/s | ceiling %.1f GB/s\n",
+                  gbps / ceiling, T, tm.wall_ms, tm.gpu_ms, bytes, gbps, ceiling);
+      cuda::Tuning ev = cfgs[size_t(best_cfg)].t;
+      ev.stage_events = true;
+      cuda::set_tuning(*gpu, ev);
+      const Timing st = time_forward(*gpu, T, runs, req);
+      std::printf("        stages (events on, wall %.4f ms):", st.wall_ms);
+      for (const StageTime& s : st.stages) std::printf("  %s %.4f ms;", s.label.c_str(), s.ms);
+      std::printf("\n");
+    }
+    {
+      cuda::set_tuning(*gpu, cfgs[size_t(best_cfg)].t);
+      ForwardRequest full;
+      full.top_k = 40;
+      full.logprobs = true;
+      const Timing tm = time_forward(*gpu, 1, runs, full);
+      std::printf("T=1 with top-40 and logprobs: %.4f ms (ratio %.3f)\n", tm.wall_ms, bytes / (tm.wall_ms * 1e6) / ceiling);
+      ForwardRequest fused;
+      fused.softcap = SoftcapRoute::fused;
+      const Timing tf = time_forward(*gpu, 1, runs, fused);
+      std::printf("T=1 fused cap: %.4f ms (ratio %.3f)\n", tf.wall_ms, bytes / (tf.wall_ms * 1e6) / ceiling);
+      ForwardRequest f32;
+      f32.activations = ActivationRoute::f32;
+      for (int T : {1, 4}) {
+        const Timing t32 = time_forward(*gpu, T, runs, f32);
+        std::printf("T=%d f32 route: %.4f ms (ratio %.3f)\n", T, t32.wall_ms, bytes / (t32.wall_ms * 1e6) / ceiling);
+      }
+    }
+    gpu.reset();
+    q5 = Head{};
+
+    struct Other { TensorType type; double wall, ratio, bytes; };
+    std::vector<Other> others;
+    if (!quick) {
+      for (TensorType type : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q8_0}) {
+        Head h = make_head(type, 2);
+        auto b = make_cuda_backend(h.view, 1);
+        const double ob = double(h.view.vocab) * double(h.view.row_bytes);
+        const Timing tm = time_forward(*b, 1, runs, req);
+        const double gbps = ob / (tm.wall_ms * 1e6);
+        others.push_back({type, tm.wall_ms, gbps / ceiling, ob});
+        std::printf("ratio %.3f | %s T=1 | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s\n", gbps / ceiling,
+                    std::string(tensor_type_name(type)).c_str(), tm.wall_ms, ob, gbps, ceiling);
+      }
+    }
+    const double ceiling_after = measure_cuda_read_ceiling_gbps(uint64_t(4) << 30);
+
+    std::printf("\n| head | T | ratio | wall ms | GPU ms | GB/s | ceiling GB/s |\n|---|---|---|---|---|---|---|\n");
+    for (const Row& r : rows)
+      std::printf("| q5_K | %d | %.3f | %.4f | %.4f | %.1f | %.1f |\n", r.T, r.ratio, r.wall, r.gpu, r.gbps, ceiling);
+    for (const Other& o : others)
+      std::printf("| %s | 1 | %.3f | %.4f | | %.1f | %.1f |\n", std::string(tensor_type_name(o.type)).c_str(), o.ratio,
+                  o.wall, o.bytes / (o.wall * 1e6), ceiling);
+    std::printf("ceiling re-measured at the end: %.1f GB/s\n", ceiling_after);
+  } catch (const std::exception& e) {
+    std::printf("error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One run on the GPU machine: build (or use a carried build), GPU tests (with the all-floats tanh
+# sweep), compute-sanitizer memcheck + racecheck on small cases, then the Muse-shape benchmark
+# sweep with a read ceiling measured in the same run. Prints a summary table last.
+#   bench/gpu.sh [BUILD_DIR]     (default: build/cuda-carry if it holds binaries, else build/gpu)
+# Logs go to $OUT (or /tmp/lmhead-gpu).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-/tmp/lmhead-gpu}
+mkdir -p "$OUT"
+BUILD=${1:-}
+if [ -z "$BUILD" ]; then
+  if [ -x build/cuda-carry/lmhead_tests ] && [ -x build/cuda-carry/cuda_bench ]; then BUILD=build/cuda-carry; else BUILD=build/gpu; fi
+fi
+export LMHEAD_TEST_DATA_DIR=$ROOT/tests/data
+
+step() { echo; echo "==== $* ===="; }
+
+step "device"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/device.txt"
+
+if [ ! -x "$BUILD/lmhead_tests" ] || [ ! -x "$BUILD/cuda_bench" ]; then
+  step "build in $BUILD"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release 2>&1 | tail -3
+  cmake --build "$BUILD" --target lmhead_tests lmhead -j"$(nproc)" 2>&1 | tail -3 || exit 1
+  g++ -O2 -std=c++20 -ffp-contract=off -Iinclude -Isrc -I/usr/local/cuda/include bench/cuda_bench.cpp \
+      "$BUILD/liblmhead_core.a" -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -o "$BUILD/cuda_bench" || exit 1
+fi
+
+step "GPU tests (fresh random inputs; seed printed on failure)"
+LMHEAD_CUDA_TANH_SWEEP=1 timeout 300 "$BUILD/lmhead_tests" --gtest_filter='Cuda*' 2>&1 | tee "$OUT/tests.log"
+TESTS_RC=$?
+
+step "compute-sanitizer memcheck"
+timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+  "$BUILD/lmhead_tests" --gtest_filter='CudaBackend.GoldenFilesByteForByte:CudaBackend.SaturatedCapTies' 2>&1 |
+  tail -25 | tee "$OUT/memcheck.log"
+MEMCHECK_RC=$?
+step "compute-sanitizer racecheck"
+timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
+  "$BUILD/lmhead_tests" --gtest_filter='CudaBackend.GoldenFilesByteForByte' 2>&1 | tail -15 | tee "$OUT/racecheck.log"
+RACECHECK_RC=$?
+
+step "benchmark (Muse shape, synthesized in memory)"
+timeout 240 "$BUILD/cuda_bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+BENCH_RC=$?
+
+step "summary"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ info \]" "$OUT/tests.log" | head -30
+echo "tests rc=$TESTS_RC memcheck rc=$MEMCHECK_RC racecheck rc=$RACECHECK_RC bench rc=$BENCH_RC"
+grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log"
+grep -E "^(ceiling|best configuration)" "$OUT/bench.log"
+sed -n '/^| head |/,$p' "$OUT/bench.log"

@@ -1,0 +1,540 @@
+// The CUDA backend: the head lives on the device (uploaded once), and each call is one CUDA graph:
+// RMSNorm + activation quantization (one block per token), the head kernel with the scale, soft
+// cap and argmax in its epilogue (its last block merges the argmax and writes the per-token answer
+// into mapped host memory), then only what the request asks for (top-k lists, sums of
+// exponentials, logits, stages). Every number is byte-identical to the scalar backend's, except
+// sum_exp, whose exp() is CUDA's (see docs/cuda.md).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/head_math.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/device_memory.hpp"
+#include "cuda/kernels.hpp"
+#include "quant/activation.hpp"
+
+namespace lmhead {
+namespace cuda {
+namespace {
+
+constexpr int kPartialBlocksPerSm = 8;
+constexpr size_t kGuard = 1024;         // sentinel floats before and after the device logits
+constexpr uint32_t kGuardWord = 0xA5A5A5A5u;
+
+struct Shape {
+  int T = 0;
+  bool mma = false;
+  bool float_route = false;
+  ActFormat format = ActFormat::q8_K;
+  int cap_mode = kScaleOnly;
+  int k = 0;
+  bool logprobs = false;
+  bool logits = false;
+  bool stages = false;
+
+  std::string key(const Tuning& t) const {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "T%d m%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d", T, mma, float_route,
+                  int(format), cap_mode, k, logprobs, logits, stages, t.use_mma, t.mma_warps, t.mma_stages, t.pdl,
+                  t.prefetch_l2, t.stage_events, t.force_sequential_norm);
+    return buf;
+  }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const HeadView& head, int gpus) : head_(head) {
+    std::string why;
+    if (!cuda_available(&why)) throw Error("the cuda backend is not available: " + why);
+    if (gpus > 1)
+      throw Error("the cuda backend runs one GPU per engine; " + std::to_string(gpus) +
+                  " GPUs (vocabulary split across devices) is not implemented");
+    if (head.vocab <= 0 || head.hidden <= 0 || head.weights == nullptr || head.gamma == nullptr)
+      throw Error("the cuda backend needs a head with weights, gamma and positive shapes");
+    if (head.vocab > (int64_t(1) << 31) - 1) throw Error("the cuda backend supports vocabularies below 2^31");
+    layout_ = device_layout(head.type, head.hidden);
+    CUDA_CHECK(cudaSetDevice(0));
+    CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, 0));
+    CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreate(&e));
+
+    upload_weights();
+    const int64_t H = head.hidden, V = head.vocab;
+    gamma_.reset(size_t(H));
+    CUDA_CHECK(cudaMemcpy(gamma_.get(), head.gamma, size_t(H) * 4, cudaMemcpyHostToDevice));
+    const size_t groups256 = size_t(H + 255) / 256;
+    act_qs_.reset(groups256 * kMaxTokens * kActPitch);
+    act_d_.reset(size_t(H + 31) / 32 * kMaxTokens);
+    act_bsp_.reset(groups256 * kMaxTokens * 4);
+    act_f_.reset(groups256 * 256 * kMaxTokens);
+    logits_store_.reset(size_t(V) * kMaxTokens + 2 * kGuard);
+    CUDA_CHECK(cudaMemset(logits_store_.get(), 0xA5, logits_store_.bytes()));
+    logits_ = logits_store_.get() + kGuard;
+    partials_.reset(size_t(num_sms_) * kPartialBlocksPerSm * kMaxTokens);
+    counters_.reset(2);
+    max_out_.reset(kMaxTokens);
+    hidden_.reset(size_t(H) * kMaxTokens);
+    results_.reset(kMaxTokens);
+    norm_path_.reset(kMaxTokens);
+  }
+
+  ~CudaBackend() override {
+    clear_graphs();
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+
+  void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
+    if (tokens < 1 || tokens > kMaxTokens)
+      throw Error("the cuda backend runs 1 to " + std::to_string(kMaxTokens) + " tokens per pass, got " +
+                  std::to_string(tokens));
+    if (req.top_k < 0 || req.top_k > head_.vocab)
+      throw Error("top-k must be between 0 and the vocabulary size " + std::to_string(head_.vocab));
+    const int64_t H = head_.hidden, V = head_.vocab;
+    Shape shape = make_shape(tokens, req);
+    ensure_buffers(shape);
+
+    std::memcpy(hidden_.host(), hidden, size_t(tokens) * size_t(H) * sizeof(float));
+    const std::string key = shape.key(tuning_);
+    last_ = CallInfo{};
+    last_.kernel = shape.mma ? "q5k_mma" : "generic";
+    last_.tokens = tokens;
+    auto it = graphs_.find(key);
+    if (tuning_.use_graph && it != graphs_.end()) {
+      CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+      last_.graph_replayed = true;
+    } else {
+      record(shape);  // the first call of a shape runs directly (and sets kernel attributes)
+      if (tuning_.use_graph) capture(shape, key);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int t = 0; t < tokens; ++t) last_.norm_path[t] = norm_path_.host()[t];
+    if (tuning_.check_guards) last_.guards_intact = guards_intact();
+
+    // Per-token answers.
+    out.summaries.assign(size_t(tokens), {});
+    for (int t = 0; t < tokens; ++t) {
+      const TokenResult& r = results_.host()[t];
+      select::TokenSummary& s = out.summaries[size_t(t)];
+      s.max = r.max;
+      s.argmax = r.argmax;
+      s.tie_count = r.tie_count;
+      s.tied_ids.assign(r.tied, r.tied + std::min(r.n_tied, kMaxTied));
+    }
+    if (shape.k > 0) {
+      const int chunks = int((V + kTopKChunk - 1) / kTopKChunk);
+      const int kc = std::min(shape.k, kTopKChunk);
+      for (int t = 0; t < tokens; ++t) {
+        select::TokenSummary& s = out.summaries[size_t(t)];
+        for (int c = 0; c < chunks; ++c) {
+          select::TokenSummary part;
+          const int2* list = h_candidates_.host() + (size_t(t) * chunks + c) * kc;
+          for (int i = 0; i < kc && list[i].x >= 0; ++i) {
+            float v;
+            std::memcpy(&v, &list[i].y, 4);
+            part.top.push_back(Candidate{list[i].x, v, 0.0f});
+          }
+          select::merge(s, part, shape.k);
+        }
+      }
+    }
+    out.sum_exp.assign(shape.logprobs ? size_t(tokens) : 0, 0.0);
+    if (shape.logprobs) {
+      const int chunks = int((V + kSumExpChunk - 1) / kSumExpChunk);
+      for (int t = 0; t < tokens; ++t) {
+        double total = 0.0;
+        for (int c = 0; c < chunks; ++c) total += h_sums_.host()[size_t(t) * chunks + c];
+        out.sum_exp[size_t(t)] = total;
+      }
+    }
+    const size_t TV = size_t(tokens) * size_t(V), TH = size_t(tokens) * size_t(H);
+    if (shape.logits || shape.stages) out.logits.assign(h_logits_.host(), h_logits_.host() + TV);
+    if (shape.stages) {
+      out.stages.normed.assign(h_normed_.host(), h_normed_.host() + TH);
+      out.stages.raw.assign(h_raw_.host(), h_raw_.host() + TV);
+      if (shape.cap_mode != kScaleOnly) {
+        out.stages.scaled.assign(h_scaled_.host(), h_scaled_.host() + TV);
+        out.stages.div.assign(h_div_.host(), h_div_.host() + TV);
+        out.stages.tanh.assign(h_tanh_.host(), h_tanh_.host() + TV);
+      } else {
+        out.stages.scaled = out.logits;
+      }
+      out.stages.capped = out.logits;
+    }
+    collect_times(shape, out.times);
+  }
+
+  Tuning tuning_;
+  CallInfo last_;
+
+ private:
+  Shape make_shape(int tokens, const ForwardRequest& req) const {
+    Shape s;
+    s.T = tokens;
+    const quant::ActivationFormat f = quant::activation_format(head_.type, req.activations);
+    switch (f) {
+      case quant::ActivationFormat::q8_K: s.format = ActFormat::q8_K; break;
+      case quant::ActivationFormat::q8_0: s.format = ActFormat::q8_0; break;
+      case quant::ActivationFormat::f16: s.format = ActFormat::f16; break;
+      case quant::ActivationFormat::bf16: s.format = ActFormat::bf16; break;
+      case quant::ActivationFormat::f32: s.format = ActFormat::f32; break;
+    }
+    s.float_route = s.format == ActFormat::f16 || s.format == ActFormat::bf16 || s.format == ActFormat::f32;
+    MmaConfig mc = mma_config();
+    s.mma = tuning_.use_mma && head_.type == TensorType::Q5_K && s.format == ActFormat::q8_K &&
+            q5k_mma_supported(mc) && q5k_mma_smem(layout_.groups, tokens, mc) + 8192 <= size_t(smem_optin_);
+    const CapParams cp = cap_params(head_, req.softcap);
+    s.cap_mode = cp.cap == 0.0f ? kScaleOnly : (req.softcap == SoftcapRoute::fused ? kCapFused : kCapNodes);
+    s.k = req.top_k;
+    s.logprobs = req.logprobs;
+    s.logits = req.want_logits;
+    s.stages = req.want_stages;
+    return s;
+  }
+
+  MmaConfig mma_config() const {
+    MmaConfig c;
+    c.warps = tuning_.mma_warps;
+    c.stages = tuning_.mma_stages;
+    c.pdl = tuning_.pdl && !tuning_.stage_events;
+    c.prefetch_l2 = tuning_.prefetch_l2;
+    return c;
+  }
+
+  void upload_weights() {
+    const int64_t V = head_.vocab;
+    const uint64_t total = uint64_t(V) * uint64_t(layout_.row_stride);
+    weights_.reset(total + 256);  // tail slack: 16-byte loads past the last row stay inside
+    if (layout_.aux_d) aux_.reset(size_t(V) * layout_.groups);
+    const bool progress = total > (uint64_t(256) << 20);
+    const bool same_bytes = head_.type == TensorType::Q4_K || head_.type == TensorType::Q5_K;
+    const int64_t rows_per_chunk = std::max<int64_t>(1, int64_t((uint64_t(64) << 20) / uint64_t(layout_.row_stride)));
+    std::vector<uint8_t> staging;
+    std::vector<uint16_t> aux_staging;
+    int last_pct = -1;
+    for (int64_t r0 = 0; r0 < V; r0 += rows_per_chunk) {
+      const int64_t n = std::min(rows_per_chunk, V - r0);
+      uint8_t* dst = weights_.get() + uint64_t(r0) * uint64_t(layout_.row_stride);
+      if (same_bytes && head_.row_bytes == uint64_t(layout_.row_stride)) {
+        CUDA_CHECK(cudaMemcpy(dst, head_.weights + uint64_t(r0) * head_.row_bytes, size_t(n) * head_.row_bytes,
+                              cudaMemcpyHostToDevice));
+      } else {
+        staging.resize(size_t(n) * size_t(layout_.row_stride));
+        if (layout_.aux_d) aux_staging.resize(size_t(n) * size_t(layout_.groups));
+        for (int64_t r = 0; r < n; ++r)
+          to_device_row(layout_, head_.weights + uint64_t(r0 + r) * head_.row_bytes, head_.hidden,
+                        staging.data() + size_t(r) * size_t(layout_.row_stride),
+                        layout_.aux_d ? aux_staging.data() + size_t(r) * size_t(layout_.groups) : nullptr);
+        CUDA_CHECK(cudaMemcpy(dst, staging.data(), staging.size(), cudaMemcpyHostToDevice));
+        if (layout_.aux_d)
+          CUDA_CHECK(cudaMemcpy(aux_.get() + size_t(r0) * size_t(layout_.groups), aux_staging.data(),
+                                aux_staging.size() * 2, cudaMemcpyHostToDevice));
+      }
+      if (progress) {
+        const int pct = int(100 * (r0 + n) / V);
+        if (pct / 10 != last_pct / 10) {
+          std::fprintf(stderr, "lmhead: uploading the %s head to the GPU: %3d%% of %.0f MB\n",
+                       std::string(tensor_type_name(head_.type)).c_str(), pct, double(total) / 1e6);
+          last_pct = pct;
+        }
+      }
+    }
+  }
+
+  // Lazily sized buffers of the optional outputs. A reallocation invalidates captured graphs.
+  void ensure_buffers(const Shape& s) {
+    const size_t V = size_t(head_.vocab), H = size_t(head_.hidden);
+    bool changed = false;
+    auto grow = [&](auto& arr, size_t n) {
+      if (arr.size() < n) { arr.reset(n); changed = true; }
+    };
+    const size_t TV = size_t(kMaxTokens) * V;
+    if (s.logits || s.stages) grow(h_logits_, TV);
+    if (s.stages) {
+      grow(raw_, TV); grow(h_raw_, TV);
+      grow(normed_, size_t(kMaxTokens) * H); grow(h_normed_, size_t(kMaxTokens) * H);
+      if (s.cap_mode != kScaleOnly) {
+        grow(scaled_, TV); grow(div_, TV); grow(tanh_, TV);
+        grow(h_scaled_, TV); grow(h_div_, TV); grow(h_tanh_, TV);
+      }
+    }
+    if (s.k > 0) {
+      const size_t n = size_t(kMaxTokens) * ((V + kTopKChunk - 1) / kTopKChunk) * size_t(std::min(s.k, kTopKChunk));
+      grow(candidates_, n);
+      grow(h_candidates_, n);
+    }
+    if (s.logprobs) {
+      const size_t n = size_t(kMaxTokens) * ((V + kSumExpChunk - 1) / kSumExpChunk);
+      grow(chunk_sums_, n);
+      grow(h_sums_, n);
+    }
+    if (changed) clear_graphs();
+  }
+
+  void record(const Shape& s) {
+    const int64_t H = head_.hidden, V = head_.vocab;
+    const size_t TV = size_t(s.T) * size_t(V);
+    CUDA_CHECK(cudaEventRecord(events_[0], stream_));
+
+    PrepParams pp;
+    pp.hidden = hidden_.device();
+    pp.gamma = gamma_.get();
+    pp.H = int(H);
+    pp.T = s.T;
+    pp.eps = head_.eps;
+    pp.format = s.format;
+    pp.force_sequential = tuning_.force_sequential_norm ? 1 : 0;
+    pp.act_qs = act_qs_.get();
+    pp.act_d = act_d_.get();
+    pp.act_bsp = act_bsp_.get();
+    pp.act_f = act_f_.get();
+    pp.normed_out = s.stages ? normed_.get() : nullptr;
+    pp.norm_path = norm_path_.device();
+    launch_prep(pp, stream_);
+    if (tuning_.stage_events) CUDA_CHECK(cudaEventRecord(events_[1], stream_));
+
+    HeadParams hp;
+    hp.weights = weights_.get();
+    hp.aux = aux_.get();
+    hp.row_stride = layout_.row_stride;
+    hp.vocab = int(V);
+    hp.hidden = int(H);
+    hp.groups = layout_.groups;
+    hp.T = s.T;
+    hp.act_qs = act_qs_.get();
+    hp.act_d = act_d_.get();
+    hp.act_bsp = act_bsp_.get();
+    hp.act_f = act_f_.get();
+    const CapParams cp = cap_params(head_, s.cap_mode == kCapFused ? SoftcapRoute::fused : SoftcapRoute::nodes);
+    hp.logit_scale = cp.logit_scale;
+    hp.cap = cp.cap;
+    hp.inv_cap = cp.inv_cap;
+    hp.cap_mode = s.cap_mode;
+    hp.logits = logits_;
+    hp.raw = s.stages ? raw_.get() : nullptr;
+    hp.partials = partials_.get();
+    hp.done_counter = counters_.get();
+    hp.tile_counter = counters_.get() + 1;
+    hp.results = results_.device();
+    hp.max_out = max_out_.get();
+    hp.prefetch_l2 = tuning_.prefetch_l2 ? 1 : 0;
+    const bool pdl = tuning_.pdl && !tuning_.stage_events;
+    if (s.mma) {
+      hp.t0 = 0;
+      hp.tc = s.T;
+      launch_q5k_mma(hp, mma_config(), num_sms_, stream_);
+    } else {
+      for (int t0 = 0; t0 < s.T; t0 += kGenericTokens) {
+        hp.t0 = t0;
+        hp.tc = std::min(kGenericTokens, s.T - t0);
+        launch_generic_head(hp, head_.type, s.float_route, num_sms_, pdl && t0 == 0, stream_);
+      }
+    }
+    if (tuning_.stage_events) CUDA_CHECK(cudaEventRecord(events_[2], stream_));
+
+    if (s.k > 0 || s.logprobs) {
+      SelectParams sp;
+      sp.logits = logits_;
+      sp.max_in = max_out_.get();
+      sp.vocab = int(V);
+      sp.T = s.T;
+      sp.k = s.k;
+      sp.k_chunk = std::min(s.k, kTopKChunk);
+      sp.candidates = candidates_.get();
+      sp.chunk_sums = chunk_sums_.get();
+      if (s.k > 0) launch_topk(sp, stream_);
+      if (s.logprobs) launch_sum_exp(sp, stream_);
+      if (tuning_.stage_events) CUDA_CHECK(cudaEventRecord(events_[3], stream_));
+    }
+    if (s.stages && s.cap_mode != kScaleOnly)
+      launch_stage_nodes(raw_.get(), int(V), s.T, hp.logit_scale, hp.cap, hp.inv_cap, s.cap_mode, scaled_.get(),
+                         div_.get(), tanh_.get(), stream_);
+
+    auto d2h = [&](void* dst, const void* src, size_t bytes) {
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    };
+    if (s.k > 0) {
+      const size_t n = size_t(s.T) * ((size_t(V) + kTopKChunk - 1) / kTopKChunk) * size_t(std::min(s.k, kTopKChunk));
+      d2h(h_candidates_.host(), candidates_.get(), n * sizeof(int2));
+    }
+    if (s.logprobs) d2h(h_sums_.host(), chunk_sums_.get(), size_t(s.T) * ((size_t(V) + kSumExpChunk - 1) / kSumExpChunk) * 8);
+    if (s.logits || s.stages) d2h(h_logits_.host(), logits_, TV * 4);
+    if (s.stages) {
+      d2h(h_normed_.host(), normed_.get(), size_t(s.T) * size_t(H) * 4);
+      d2h(h_raw_.host(), raw_.get(), TV * 4);
+      if (s.cap_mode != kScaleOnly) {
+        d2h(h_scaled_.host(), scaled_.get(), TV * 4);
+        d2h(h_div_.host(), div_.get(), TV * 4);
+        d2h(h_tanh_.host(), tanh_.get(), TV * 4);
+      }
+    }
+    CUDA_CHECK(cudaEventRecord(events_[4], stream_));
+  }
+
+  void capture(const Shape& s, const std::string& key) {
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      record(s);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(err);
+    graphs_[key] = exec;
+  }
+
+  bool guards_intact() const {
+    std::vector<uint32_t> band(kGuard);
+    const size_t V = size_t(head_.vocab);
+    for (const float* p : {logits_store_.get(), logits_ + V * kMaxTokens}) {
+      CUDA_CHECK(cudaMemcpy(band.data(), p, kGuard * 4, cudaMemcpyDeviceToHost));
+      for (uint32_t w : band)
+        if (w != kGuardWord) return false;
+    }
+    return true;
+  }
+
+  void clear_graphs() {
+    for (auto& [k, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+  }
+
+  void collect_times(const Shape& s, std::vector<StageTime>& times) const {
+    times.clear();
+    auto elapsed = [&](int a, int b) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, events_[a], events_[b]));
+      return double(ms);
+    };
+    const bool copies = s.k > 0 || s.logprobs || s.logits || s.stages;
+    const std::string head_label = s.mma ? "head+scale+cap+argmax (fused, int8 tensor cores)"
+                                         : "head+scale+cap+argmax (fused, " +
+                                               std::to_string((s.T + kGenericTokens - 1) / kGenericTokens) +
+                                               " pass(es) of the generic kernel)";
+    if (!tuning_.stage_events) {
+      times.push_back({"norm+quantize+" + head_label + (copies ? "+select+download" : "") + " (one graph, no stage events)",
+                       elapsed(0, 4)});
+      return;
+    }
+    times.push_back({"norm+quantize", elapsed(0, 1)});
+    times.push_back({head_label, elapsed(1, 2)});
+    int last = 2;
+    if (s.k > 0 || s.logprobs) {
+      times.push_back({"select (top-k, sum_exp)", elapsed(2, 3)});
+      last = 3;
+    }
+    if (s.logits || s.stages || s.k > 0 || s.logprobs) times.push_back({"stages+download", elapsed(last, 4)});
+  }
+
+  HeadView head_;
+  DeviceLayout layout_;
+  int num_sms_ = 0;
+  int smem_optin_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t events_[5] = {};
+  std::map<std::string, cudaGraphExec_t> graphs_;
+
+  DeviceArray<uint8_t> weights_;
+  DeviceArray<uint16_t> aux_;
+  DeviceArray<float> gamma_;
+  DeviceArray<int8_t> act_qs_;
+  DeviceArray<float> act_d_;
+  DeviceArray<uint32_t> act_bsp_;
+  DeviceArray<float> act_f_;
+  DeviceArray<float> logits_store_, raw_, normed_, scaled_, div_, tanh_;
+  float* logits_ = nullptr;  // logits_store_ past its leading guard band
+  DeviceArray<PartialBest> partials_;
+  DeviceArray<unsigned> counters_;
+  DeviceArray<float> max_out_;
+  DeviceArray<int2> candidates_;
+  DeviceArray<double> chunk_sums_;
+
+  MappedHostArray<float> hidden_;
+  MappedHostArray<TokenResult> results_;
+  MappedHostArray<int32_t> norm_path_;
+  MappedHostArray<float> h_logits_, h_raw_, h_normed_, h_scaled_, h_div_, h_tanh_;
+  MappedHostArray<int2> h_candidates_;
+  MappedHostArray<double> h_sums_;
+};
+
+CudaBackend& as_cuda(Backend& b) {
+  auto* c = dynamic_cast<CudaBackend*>(&b);
+  if (c == nullptr) throw Error("not the cuda backend: " + b.name());
+  return *c;
+}
+
+}  // namespace
+
+void set_tuning(Backend& backend, const Tuning& tuning) {
+  CudaBackend& c = as_cuda(backend);
+  MmaConfig mc;
+  mc.warps = tuning.mma_warps;
+  mc.stages = tuning.mma_stages;
+  if (!q5k_mma_supported(mc))
+    throw Error("no MMA kernel is built for " + std::to_string(tuning.mma_warps) + " warps x " +
+                std::to_string(tuning.mma_stages) + " stages");
+  c.tuning_ = tuning;
+}
+Tuning get_tuning(Backend& backend) { return as_cuda(backend).tuning_; }
+CallInfo last_call(Backend& backend) { return as_cuda(backend).last_; }
+
+void tanh_sweep(uint64_t first, uint64_t count, uint32_t* host_out) {
+  std::string why;
+  if (!cuda_available(&why)) throw Error("tanh_sweep: " + why);
+  DeviceArray<uint32_t> out(count);
+  launch_tanh_sweep(first, count, out.get(), nullptr);
+  CUDA_CHECK(cudaMemcpy(host_out, out.get(), count * 4, cudaMemcpyDeviceToHost));
+}
+
+}  // namespace cuda
+
+bool cuda_available(std::string* why_not) {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    if (why_not) *why_not = std::string("no usable CUDA device (") + cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + ")";
+    cudaGetLastError();
+    return false;
+  }
+  if (n == 0) {
+    if (why_not) *why_not = "no CUDA device found";
+    return false;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    if (why_not) *why_not = "cannot read the properties of CUDA device 0";
+    cudaGetLastError();
+    return false;
+  }
+  if (prop.major < 9) {
+    if (why_not)
+      *why_not = std::string("the cuda backend is built for compute capability 9.0 (Hopper) and newer; device 0 (") +
+                 prop.name + ") is " + std::to_string(prop.major) + "." + std::to_string(prop.minor);
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const HeadView& head, int gpus) {
+  return std::make_unique<cuda::CudaBackend>(head, gpus);
+}
+
+}  // namespace lmhead

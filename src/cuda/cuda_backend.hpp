@@ -1,0 +1,38 @@
+#pragma once
+// Knobs and diagnostics of the CUDA backend for its tests and its benchmark (not public API).
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.hpp"
+
+namespace lmhead::cuda {
+
+struct Tuning {
+  bool use_mma = true;              // Q5_K q8 route on the tensor cores (else the generic kernel)
+  int mma_warps = 8;                // warps per block of the MMA kernel (8, 12, 16)
+  int mma_stages = 6;               // shared-memory ring depth per warp (6, 8 with 8 warps; 4 with 16)
+  bool pdl = true;                  // programmatic dependent launch prep -> head (only without stage events)
+  bool prefetch_l2 = false;         // bulk-prefetch each warp's first tile into L2 while the prep runs
+  bool stage_events = true;         // CUDA events between the stages (norm, head, select, download)
+  bool use_graph = true;            // replay the call as a CUDA graph
+  bool force_sequential_norm = false;  // test hook: RMSNorm always through the sequential double chain
+  bool check_guards = false;        // test hook: verify the sentinel bands around the device logits
+};
+
+struct CallInfo {
+  std::string kernel;               // "q5k_mma" or "generic"
+  int tokens = 0;
+  int norm_path[16] = {};           // per token: 0 bounded parallel sum decided, 1 sequential chain
+  bool graph_replayed = false;
+  bool guards_intact = true;        // only checked with Tuning::check_guards
+};
+
+// Throw Error when `backend` is not the CUDA backend.
+void set_tuning(Backend& backend, const Tuning& tuning);
+Tuning get_tuning(Backend& backend);
+CallInfo last_call(Backend& backend);
+
+// The portable tanh computed on the device for the f32 bit patterns [first, first + count).
+void tanh_sweep(uint64_t first, uint64_t count, uint32_t* host_out);
+
+}  // namespace lmhead::cuda

@@ -1,0 +1,186 @@
+#pragma once
+// Device helpers shared by the kernel files: async copies, shared loads, the int8 MMA, exact
+// integer-to-float conversion, the per-logit epilogue, and the argmax partials with the last-block
+// finalize. Numerics use the explicitly rounded intrinsics (__fmul_rn, __fadd_rn, __fmaf_rn), which
+// nvcc never contracts or reorders.
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/kernels.hpp"
+#include "ops/softcap.hpp"
+#include "quant/blocks.hpp"
+
+namespace lmhead::cuda {
+
+// ---- memory ------------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte global -> shared copy that bypasses L1 (the weights are read once).
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem_dst)), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+__device__ __forceinline__ void prefetch_l2_bulk(const void* gmem, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ uint4 lds128(const void* p) { return *static_cast<const uint4*>(p); }
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Programmatic dependent launch (Hopper): the producer lets the next kernel start early, the
+// consumer waits for the producer's memory before reading it. Both are no-ops without PDL.
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
+// ---- numerics ----------------------------------------------------------------------------------
+
+// f16 -> f32 exactly as quant::f16_to_f32 (the hardware conversion for every non-NaN input; NaN
+// keeps its payload as the host's F16C conversion does).
+__device__ __forceinline__ float f16_exact(uint32_t h16) {
+  const uint32_t h = h16 & 0xFFFFu;
+  if ((h & 0x7C00u) == 0x7C00u && (h & 0x3FFu) != 0) return quant::f16_to_f32(uint16_t(h));
+  return __half2float(__ushort_as_half(uint16_t(h)));
+}
+
+// llama.cpp's nearest_int (numerics.md §4): round half to even through the 1.5 * 2^23 trick.
+__device__ __forceinline__ int nearest_int_dev(float f) {
+  const float v = __fadd_rn(f, 12582912.0f);
+  return int(__float_as_uint(v) & 0x7FFFFF) - 0x400000;
+}
+
+// An int32 accumulator started at these bits holds, read as a float, 12582912 + x for any
+// |x| < 2^22: the conversion of an integer dot to float costs one subtraction.
+constexpr int kMagicBits = 0x4B400000;
+constexpr float kMagic = 12582912.0f;
+
+__device__ __forceinline__ float apply_cap(float raw, const HeadParams& p) {
+  if (p.cap_mode == kCapNodes) return ops::softcap_nodes(raw, p.logit_scale, p.cap, p.inv_cap).capped;
+  if (p.cap_mode == kCapFused) return ops::softcap_fused(raw, p.logit_scale, p.cap);
+  return ops::scale_only(raw, p.logit_scale);
+}
+
+// hsum of the eight float lanes, as llama.cpp's hsum_float_8: [a0+a4, a1+a5, a2+a6, a3+a7], then
+// (h0 + h2) + (h1 + h3).
+__device__ __forceinline__ float reduce_lanes(const float (&a)[8]) {
+  const float h0 = __fadd_rn(a[0], a[4]), h1 = __fadd_rn(a[1], a[5]);
+  const float h2 = __fadd_rn(a[2], a[6]), h3 = __fadd_rn(a[3], a[7]);
+  return __fadd_rn(__fadd_rn(h0, h2), __fadd_rn(h1, h3));
+}
+
+// ---- argmax partials (select::summarize's rules: NaN ranks below every number, lowest id wins) --
+
+__device__ __forceinline__ PartialBest best_empty() { return PartialBest{-__int_as_float(0x7f800000), -1, 0}; }
+
+// Merge of two summaries of disjoint id sets; equals the sequential scan of their union.
+__device__ __forceinline__ PartialBest best_merge(const PartialBest& a, const PartialBest& b) {
+  if (a.id < 0) return b;
+  if (b.id < 0) return a;
+  const bool an = isnan(a.max), bn = isnan(b.max);
+  if (an && bn) return a.id < b.id ? a : b;
+  if (an) return b;
+  if (bn) return a;
+  if (a.max > b.max) return a;
+  if (b.max > a.max) return b;
+  PartialBest r = a.id < b.id ? a : b;  // equal (+0 == -0 too): the lower id's value, counts add
+  r.count = a.count + b.count;
+  return r;
+}
+
+__device__ __forceinline__ PartialBest best_single(float v, int id) { return PartialBest{v, id, 1}; }
+
+__device__ __forceinline__ PartialBest best_shfl_xor(const PartialBest& b, int mask) {
+  PartialBest o;
+  o.max = __shfl_xor_sync(0xffffffffu, b.max, mask);
+  o.id = __shfl_xor_sync(0xffffffffu, b.id, mask);
+  o.count = __shfl_xor_sync(0xffffffffu, b.count, mask);
+  return o;
+}
+
+// Every head kernel ends here with its block's summary per token of the pass in cta_best[0..tc).
+// The block publishes it; the last block to finish merges all blocks' partials, finds the lowest
+// tied ids from the stored logits when a maximum is shared, writes the per-token results and resets
+// the counters for the next launch. Must be called by every thread of the block.
+static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* cta_best /* shared, [kMaxTokens] */) {
+  __shared__ unsigned s_last;
+  __shared__ int s_found;
+  __shared__ int s_ids[kMaxTied];
+  __shared__ unsigned s_masks[32];
+  const int tid = threadIdx.x;
+  if (tid < p.tc) p.partials[blockIdx.x * kMaxTokens + p.t0 + tid] = cta_best[tid];
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) s_last = (atomicAdd(p.done_counter, 1u) == gridDim.x - 1) ? 1u : 0u;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  if (tid < p.tc) {
+    PartialBest b = best_empty();
+    for (unsigned c = 0; c < gridDim.x; ++c) {
+      const PartialBest* src = &p.partials[c * kMaxTokens + p.t0 + tid];
+      PartialBest o;
+      o.max = __ldcg(&src->max);
+      o.id = __ldcg(&src->id);
+      o.count = __ldcg(&src->count);
+      b = best_merge(b, o);
+    }
+    cta_best[tid] = b;
+  }
+  __syncthreads();
+  const int nwarps = blockDim.x / 32;
+  for (int j = 0; j < p.tc; ++j) {
+    const int t = p.t0 + j;
+    const PartialBest b = cta_best[j];
+    if (tid == 0) { s_found = 0; s_ids[0] = b.id; if (b.count <= 1) s_found = 1; }
+    __syncthreads();
+    if (b.count > 1) {
+      // Lowest tied ids in id order: ballot per warp, then one thread walks the warps in order.
+      const int want = b.count < kMaxTied ? b.count : kMaxTied;
+      const float* row = p.logits + size_t(t) * p.vocab;
+      for (int base = 0; base < p.vocab; base += blockDim.x) {
+        const int id = base + tid;
+        const bool hit = id < p.vocab && __ldcg(&row[id]) == b.max;
+        const unsigned m = __ballot_sync(0xffffffffu, hit);
+        if ((tid & 31) == 0) s_masks[tid >> 5] = m;
+        __syncthreads();
+        if (tid == 0) {
+          for (int w = 0; w < nwarps && s_found < want; ++w) {
+            unsigned mm = s_masks[w];
+            while (mm && s_found < want) {
+              const int bit = __ffs(mm) - 1;
+              mm &= mm - 1;
+              s_ids[s_found++] = base + w * 32 + bit;
+            }
+          }
+        }
+        __syncthreads();
+        if (s_found >= want) break;
+      }
+    }
+    if (tid == 0) {
+      TokenResult& r = p.results[t];
+      r.max = b.max;
+      r.argmax = b.id;
+      r.tie_count = b.count;
+      r.n_tied = s_found;
+      for (int i = 0; i < s_found; ++i) r.tied[i] = s_ids[i];
+      p.max_out[t] = b.max;
+    }
+    __syncthreads();
+  }
+  if (tid == 0) {
+    *p.done_counter = 0;
+    *p.tile_counter = 0;
+  }
+}
+
+}  // namespace lmhead::cuda

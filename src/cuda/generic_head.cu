@@ -1,0 +1,414 @@
+// Every head type on both routes: one thread per row, rows in warp tiles of 32, groups of the row
+// staged through a per-warp ring of shared-memory stages with 16-byte cp.async. Each thread runs
+// the reference's float order of src/quant/vec_dot.cpp for its row exactly (eight fma lanes per
+// token, the per-type extra lanes, the same final reduction), so the bytes equal the scalar
+// backend's. Tokens go in passes of kGenericTokens (each pass reads the weights once): this is the
+// path for the heads and routes the tensor-core kernel does not cover, and the reference it is
+// measured against.
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/device_common.cuh"
+
+namespace lmhead::cuda {
+namespace {
+
+constexpr int kTC = kGenericTokens;
+constexpr int kWarps = 4;
+constexpr int kStages = 3;
+
+template <TensorType T> struct Geometry;
+template <> struct Geometry<TensorType::Q4_K> { static constexpr int GE = 256, GB = 144; };
+template <> struct Geometry<TensorType::Q5_K> { static constexpr int GE = 256, GB = 176; };
+template <> struct Geometry<TensorType::Q6_K> { static constexpr int GE = 256, GB = 208; };
+template <> struct Geometry<TensorType::Q8_0> { static constexpr int GE = 256, GB = 272; };
+template <> struct Geometry<TensorType::F16> { static constexpr int GE = 128, GB = 256; };
+template <> struct Geometry<TensorType::BF16> { static constexpr int GE = 128, GB = 256; };
+template <> struct Geometry<TensorType::F32> { static constexpr int GE = 64, GB = 256; };
+
+template <TensorType T> constexpr int pitch_of() { return (Geometry<T>::GB / 16) % 2 == 1 ? Geometry<T>::GB : Geometry<T>::GB + 16; }
+template <TensorType T> constexpr int stage_bytes() { return 32 * pitch_of<T>(); }
+
+__device__ __forceinline__ uint4 ldg128(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint32_t byte_of(uint32_t w, int b) { return (w >> (8 * b)) & 0xFFu; }
+
+// 6-bit scales and mins of a Q4_K / Q5_K block from its header words (numerics.md §3), as packed bytes.
+struct KScales { uint32_t sc_lo, sc_hi, m_lo, m_hi; };
+__device__ __forceinline__ KScales k_scales(const uint4& h) {
+  KScales s;
+  s.sc_lo = h.y & 0x3F3F3F3Fu;
+  s.m_lo = h.z & 0x3F3F3F3Fu;
+  s.sc_hi = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+  s.m_hi = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+  return s;
+}
+__device__ __forceinline__ uint32_t sc_of(const KScales& s, int j) { return byte_of(j < 4 ? s.sc_lo : s.sc_hi, j & 3); }
+__device__ __forceinline__ uint32_t m_of(const KScales& s, int j) { return byte_of(j < 4 ? s.m_lo : s.m_hi, j & 3); }
+
+// Packed levels of one 256-element group: lv[j][k] holds elements 32j + 4k .. 32j + 4k + 3.
+template <TensorType T>
+__device__ __forceinline__ void group_levels(const uint8_t* b, uint32_t (&lv)[8][8]) {
+  if constexpr (T == TensorType::Q5_K || T == TensorType::Q4_K) {
+    const int qs_off = T == TensorType::Q5_K ? 48 : 16;
+    uint4 qs[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qs[i] = lds128(b + qs_off + 16 * i);
+    uint4 qh[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+    if constexpr (T == TensorType::Q5_K) { qh[0] = lds128(b + 16); qh[1] = lds128(b + 32); }
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int w = 8 * (j >> 1) + k;
+        uint32_t v = (word_of(qs[w >> 2], w & 3) >> (4 * (j & 1))) & 0x0F0F0F0Fu;
+        if constexpr (T == TensorType::Q5_K) v |= ((word_of(qh[k >> 2], k & 3) >> j) & 0x01010101u) << 4;
+        lv[j][k] = v;
+      }
+  } else if constexpr (T == TensorType::Q6_K) {
+    uint4 ql[8], qh[4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ql[i] = lds128(b + 16 * i);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) qh[i] = lds128(b + 128 + 16 * i);
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int n = c >> 2, cq = c & 3;
+        const int wl = 16 * n + 8 * (cq & 1) + k, wh = 8 * n + k;
+        const uint32_t lo = (word_of(ql[wl >> 2], wl & 3) >> (4 * (cq >> 1))) & 0x0F0F0F0Fu;
+        const uint32_t hi = ((word_of(qh[wh >> 2], wh & 3) >> (2 * cq)) & 0x03030303u) << 4;
+        lv[c][k] = __vsub4(lo | hi, 0x20202020u);  // signed levels q - 32
+      }
+  } else if constexpr (T == TensorType::Q8_0) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const uint4 v = lds128(b + 16 + 16 * i);
+      lv[i >> 1][4 * (i & 1) + 0] = v.x;
+      lv[i >> 1][4 * (i & 1) + 1] = v.y;
+      lv[i >> 1][4 * (i & 1) + 2] = v.z;
+      lv[i >> 1][4 * (i & 1) + 3] = v.w;
+    }
+  }
+}
+
+template <TensorType T, bool FR, int NW, int S>
+__global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadParams p) {
+  constexpr int GE = Geometry<T>::GE, GB = Geometry<T>::GB, PITCH = pitch_of<T>();
+  constexpr int CH = GB / 16, STAGE = stage_bytes<T>();
+  constexpr bool kIntDot = !FR && (T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K ||
+                                   T == TensorType::Q8_0);
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ PartialBest s_best[NW][kTC];
+  __shared__ PartialBest s_cta[kMaxTokens];
+  __shared__ int s_item_tile[NW][S];
+  __shared__ int s_item_g[NW][S];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int V = p.vocab, G = p.groups, H = p.hidden;
+  const int ntiles = (V + 31) / 32;
+  const int total_warps = gridDim.x * NW;
+  uint8_t* stages = smem + warp * (S * STAGE);
+  const size_t f_pitch = size_t(H + 255) / 256 * 256;
+
+  int itile = blockIdx.x * NW + warp, ig = 0, issued = 0;
+  auto issue = [&]() {
+    const int slot = issued % S;
+    if (lane == 0) {
+      s_item_tile[warp][slot] = itile < ntiles ? itile : -1;
+      s_item_g[warp][slot] = ig;
+    }
+    if (itile < ntiles) {
+      uint8_t* dst = stages + slot * STAGE;
+      const int64_t r0 = int64_t(itile) * 32;
+      for (int c = lane; c < 32 * CH; c += 32) {
+        const int row = c / CH, piece = c - row * CH;
+        int64_t r = r0 + row;
+        if (r >= V) r = V - 1;
+        cp_async16(dst + row * PITCH + piece * 16, p.weights + r * p.row_stride + int64_t(ig) * GB + piece * 16);
+      }
+      if (++ig == G) {
+        ig = 0;
+        int next = 0;
+        if (lane == 0) next = int(atomicAdd(p.tile_counter, 1u)) + total_warps;
+        itile = __shfl_sync(0xffffffffu, next, 0);
+      }
+    }
+    cp_async_commit();
+    ++issued;
+  };
+  for (int s = 0; s < S - 1; ++s) issue();
+  pdl_wait();
+
+  float acc[kTC][8];
+  float extra[kTC][4];
+  PartialBest best[kTC];
+#pragma unroll
+  for (int j = 0; j < kTC; ++j) {
+    best[j] = best_empty();
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[j][k] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) extra[j][k] = 0.0f;
+  }
+
+  int slot = 0;
+  for (;;) {
+    issue();
+    cp_async_wait<S - 1>();
+    __syncwarp();
+    const int tile = s_item_tile[warp][slot];
+    const int gi = s_item_g[warp][slot];
+    if (tile < 0) break;
+    const int row = tile * 32 + lane;
+    const int64_t row_c = row < V ? row : V - 1;
+    const uint8_t* b = stages + slot * STAGE + lane * PITCH;
+
+    if constexpr (kIntDot) {
+      uint32_t lv[8][8];
+      group_levels<T>(b, lv);
+      const uint4 h = lds128(b);
+      KScales ks{};
+      float wd = 0.0f, wdmin = 0.0f;
+      if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
+        ks = k_scales(h);
+        wd = f16_exact(h.x);
+        wdmin = f16_exact(h.x >> 16);
+      } else if constexpr (T == TensorType::Q6_K) {
+        wd = f16_exact(__ldg(p.aux + row_c * G + gi));
+      }
+      const int nblk = T == TensorType::Q8_0 ? min(8, (H - gi * 256) / 32) : 8;
+#pragma unroll
+      for (int tj = 0; tj < kTC; ++tj) {
+        if (tj >= p.tc) break;
+        const int t = p.t0 + tj;
+        const int8_t* act = p.act_qs + (size_t(gi) * kMaxTokens + t) * kActPitch;
+        uint32_t aw[64];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const uint4 v = ldg128(act + 16 * i);
+          aw[4 * i] = v.x; aw[4 * i + 1] = v.y; aw[4 * i + 2] = v.z; aw[4 * i + 3] = v.w;
+        }
+        if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
+          // dq = y.d * d; dm = (-y.d) * dmin; the mins' integer sums from the sub-block sums.
+          const float ad = __ldg(p.act_d + size_t(gi) * kMaxTokens + t);
+          const float dq = __fmul_rn(ad, wd), dm = __fmul_rn(-ad, wdmin);
+          const uint4 bs = ldg128(p.act_bsp + (size_t(gi) * kMaxTokens + t) * 4);
+          const int i0 = __dp2a_lo(int(bs.x), int(ks.m_lo), 0), i1 = __dp2a_hi(int(bs.y), int(ks.m_lo), 0);
+          const int i2 = __dp2a_lo(int(bs.z), int(ks.m_hi), 0), i3 = __dp2a_hi(int(bs.w), int(ks.m_hi), 0);
+          if constexpr (T == TensorType::Q5_K) {
+            extra[tj][0] = __fmaf_rn(dm, __int2float_rn(i0 + i1 + i2 + i3), extra[tj][0]);
+          } else {  // Q4_K: four mins lanes, t' = sub-blocks 2t', 2t'+1
+            extra[tj][0] = __fmaf_rn(dm, __int2float_rn(i0), extra[tj][0]);
+            extra[tj][1] = __fmaf_rn(dm, __int2float_rn(i1), extra[tj][1]);
+            extra[tj][2] = __fmaf_rn(dm, __int2float_rn(i2), extra[tj][2]);
+            extra[tj][3] = __fmaf_rn(dm, __int2float_rn(i3), extra[tj][3]);
+          }
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            int isum = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) isum += int(sc_of(ks, j)) * __dp4a(int(lv[j][k]), int(aw[8 * j + k]), 0);
+            acc[tj][k] = __fmaf_rn(dq, __int2float_rn(isum), acc[tj][k]);
+          }
+        } else if constexpr (T == TensorType::Q6_K) {
+          const float ad = __ldg(p.act_d + size_t(gi) * kMaxTokens + t);
+          const float dd = __fmul_rn(ad, wd);
+          const uint4 sc4 = lds128(b + 192);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            int isum = 0;
+#pragma unroll
+            for (int c = 0; c < 8; ++c) {
+              const int si = 2 * c + (k >= 4 ? 1 : 0);
+              const int sc = int(int8_t(byte_of(word_of(sc4, si >> 2), si & 3)));
+              isum += sc * __dp4a(int(lv[c][k]), int(aw[8 * c + k]), 0);
+            }
+            acc[tj][k] = __fmaf_rn(dd, __int2float_rn(isum), acc[tj][k]);
+          }
+        } else {  // Q8_0: eight blocks of 32 per group
+#pragma unroll
+          for (int bi = 0; bi < 8; ++bi) {
+            if (bi >= nblk) break;
+            const float ad = __ldg(p.act_d + (size_t(gi) * 8 + bi) * kMaxTokens + t);
+            const float dprod = __fmul_rn(f16_exact(word_of(h, bi >> 1) >> (16 * (bi & 1))), ad);
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+              acc[tj][k] = __fmaf_rn(dprod, __int2float_rn(__dp4a(int(lv[bi][k]), int(aw[8 * bi + k]), 0)), acc[tj][k]);
+          }
+        }
+      }
+    } else {
+      // Float lanes: element e of the row feeds lane e % 8, in element order (the f32 route
+      // dequantizes with §3's roundings first; F16/BF16/F32 heads decode their values).
+      const int e0 = gi * GE;
+      const int ne = min(GE, H - e0);
+      const float* xb = p.act_f + size_t(p.t0) * f_pitch + e0;
+      auto feed = [&](int e, float w) {
+#pragma unroll
+        for (int tj = 0; tj < kTC; ++tj) {
+          if (tj >= p.tc) break;
+          const float x = __ldg(xb + size_t(tj) * f_pitch + e);
+          acc[tj][e & 7] = __fmaf_rn(w, x, acc[tj][e & 7]);
+        }
+      };
+      if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K || T == TensorType::Q8_0) {
+        uint32_t lv[8][8];
+        group_levels<T>(b, lv);
+        const uint4 h = lds128(b);
+        if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
+          const KScales ks = k_scales(h);
+          const float d = f16_exact(h.x), dmin = f16_exact(h.x >> 16);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const float scale = __fmul_rn(d, float(sc_of(ks, j)));
+            const float mn = __fmul_rn(dmin, float(m_of(ks, j)));
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+#pragma unroll
+              for (int bb = 0; bb < 4; ++bb)
+                feed(32 * j + 4 * k + bb, __fsub_rn(__fmul_rn(scale, float(byte_of(lv[j][k], bb))), mn));
+          }
+        } else if constexpr (T == TensorType::Q6_K) {
+          const float d = f16_exact(__ldg(p.aux + row_c * G + gi));
+          const uint4 sc4 = lds128(b + 192);
+#pragma unroll
+          for (int c = 0; c < 8; ++c)
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+              const int si = 2 * c + (k >= 4 ? 1 : 0);
+              const float scale = __fmul_rn(d, float(int(int8_t(byte_of(word_of(sc4, si >> 2), si & 3)))));
+#pragma unroll
+              for (int bb = 0; bb < 4; ++bb)
+                feed(32 * c + 4 * k + bb, __fmul_rn(scale, float(int(int8_t(byte_of(lv[c][k], bb))))));
+            }
+        } else {  // Q8_0
+          const int nblk = min(8, ne / 32);
+#pragma unroll
+          for (int bi = 0; bi < 8; ++bi) {
+            if (bi >= nblk) break;
+            const float d = f16_exact(word_of(h, bi >> 1) >> (16 * (bi & 1)));
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+#pragma unroll
+              for (int bb = 0; bb < 4; ++bb) feed(32 * bi + 4 * k + bb, __fmul_rn(d, float(int(int8_t(byte_of(lv[bi][k], bb))))));
+          }
+        }
+      } else {
+        for (int e4 = 0; e4 < GE; e4 += 4) {
+          if (e4 >= ne) break;
+          const uint4 v = lds128(b + (T == TensorType::F32 ? 4 * e4 : 2 * e4) / 16 * 16);
+          for (int bb = 0; bb < 4; ++bb) {
+            const int e = e4 + bb;
+            if (e >= ne) break;
+            float w;
+            if constexpr (T == TensorType::F32) {
+              w = __uint_as_float(word_of(v, e & 3));
+            } else {
+              const uint32_t half = (word_of(v, (e & 7) >> 1) >> (16 * (e & 1))) & 0xFFFFu;
+              w = T == TensorType::F16 ? f16_exact(half) : __uint_as_float(half << 16);
+            }
+            feed(e, w);
+          }
+        }
+      }
+    }
+    __syncwarp();
+
+    if (gi == G - 1) {
+#pragma unroll
+      for (int tj = 0; tj < kTC; ++tj) {
+        if (tj < p.tc) {
+          float raw = reduce_lanes(acc[tj]);
+          if constexpr (kIntDot && T == TensorType::Q5_K) raw = __fadd_rn(raw, extra[tj][0]);
+          if constexpr (kIntDot && T == TensorType::Q4_K)
+            raw = __fadd_rn(raw, __fadd_rn(__fadd_rn(extra[tj][0], extra[tj][2]), __fadd_rn(extra[tj][1], extra[tj][3])));
+          const int t = p.t0 + tj;
+          PartialBest mine = best_empty();
+          if (row < V) {
+            const float capped = apply_cap(raw, p);
+            p.logits[size_t(t) * V + row] = capped;
+            if (p.raw) p.raw[size_t(t) * V + row] = raw;
+            mine = best_single(capped, row);
+          }
+#pragma unroll
+          for (int m = 16; m > 0; m >>= 1) mine = best_merge(mine, best_shfl_xor(mine, m));
+          best[tj] = best_merge(best[tj], mine);
+        }
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[tj][k] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) extra[tj][k] = 0.0f;
+      }
+    }
+    slot = slot + 1 == S ? 0 : slot + 1;
+  }
+  cp_async_wait_all();
+
+  if (lane == 0)
+    for (int tj = 0; tj < kTC; ++tj) s_best[warp][tj] = best[tj];
+  __syncthreads();
+  if (threadIdx.x < kTC) {
+    PartialBest bb = best_empty();
+    for (int w = 0; w < NW; ++w) bb = best_merge(bb, s_best[w][threadIdx.x]);
+    s_cta[threadIdx.x] = bb;
+  }
+  __syncthreads();
+  publish_and_finalize(p, s_cta);
+}
+
+template <TensorType T, bool FR>
+void launch_typed(const HeadParams& p, int num_sms, bool pdl, cudaStream_t stream) {
+  auto kernel = generic_head_kernel<T, FR, kWarps, kStages>;
+  const size_t smem = size_t(kWarps) * kStages * stage_bytes<T>();
+  // Configured once, on the first (uncaptured) call of the shape.
+  static int per_sm = 0;
+  if (per_sm == 0) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
+    if (per_sm < 1) throw Error("generic head kernel does not fit on a multiprocessor");
+    if (per_sm > 8) per_sm = 8;  // the partials buffer holds 8 blocks per multiprocessor
+  }
+  const int ntiles = (p.vocab + 31) / 32;
+  int blocks = num_sms * per_sm;
+  const int needed = (ntiles + kWarps - 1) / kWarps;
+  if (blocks > needed) blocks = needed;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(kWarps * 32);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+}  // namespace
+
+void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, int num_sms, bool pdl,
+                         cudaStream_t stream) {
+  switch (type) {
+    case TensorType::Q4_K:
+      return float_route ? launch_typed<TensorType::Q4_K, true>(p, num_sms, pdl, stream)
+                         : launch_typed<TensorType::Q4_K, false>(p, num_sms, pdl, stream);
+    case TensorType::Q5_K:
+      return float_route ? launch_typed<TensorType::Q5_K, true>(p, num_sms, pdl, stream)
+                         : launch_typed<TensorType::Q5_K, false>(p, num_sms, pdl, stream);
+    case TensorType::Q6_K:
+      return float_route ? launch_typed<TensorType::Q6_K, true>(p, num_sms, pdl, stream)
+                         : launch_typed<TensorType::Q6_K, false>(p, num_sms, pdl, stream);
+    case TensorType::Q8_0:
+      return float_route ? launch_typed<TensorType::Q8_0, true>(p, num_sms, pdl, stream)
+                         : launch_typed<TensorType::Q8_0, false>(p, num_sms, pdl, stream);
+    case TensorType::F16: return launch_typed<TensorType::F16, true>(p, num_sms, pdl, stream);
+    case TensorType::BF16: return launch_typed<TensorType::BF16, true>(p, num_sms, pdl, stream);
+    case TensorType::F32: return launch_typed<TensorType::F32, true>(p, num_sms, pdl, stream);
+    default: break;
+  }
+  throw Error("the cuda backend has no head kernel for tensor type " + std::string(tensor_type_name(type)));
+}
+
+}  // namespace lmhead::cuda

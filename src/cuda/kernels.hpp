@@ -1,0 +1,125 @@
+#pragma once
+// The CUDA backend's kernels as seen from the host: parameter blocks and launchers. Each kernel
+// family lives in its own .cu file (prep.cu, q5k_mma.cu, generic_head.cu, select.cu).
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/device_layout.hpp"
+
+namespace lmhead::cuda {
+
+constexpr int kMaxTokens = 16;     // tokens per pass (the engine splits longer batches)
+constexpr int kMaxTied = 16;       // select::kMaxTiedIds
+constexpr int kActPitch = 272;     // bytes per token of one 256-element q8 group: 256 + 16 so that
+                                   // 16-byte shared loads of neighbouring tokens hit distinct banks
+constexpr int kSumExpChunk = 4096; // select::kSumExpChunk
+constexpr int kTopKChunk = 4096;   // ids per top-k chunk (sorted in shared memory)
+
+// Per-token answer of a head kernel, written by the last block straight into mapped host memory.
+struct TokenResult {
+  float max;
+  int32_t argmax;
+  int64_t tie_count;
+  int32_t n_tied;        // min(tie_count, kMaxTied)
+  int32_t tied[kMaxTied];
+  int32_t norm_path;     // 0: RMSNorm sum decided by the bounded parallel sum, 1: sequential chain
+  int32_t pad;
+};
+
+// Running argmax of a disjoint set of ids, with the scalar scan's NaN and tie rules.
+struct PartialBest {
+  float max;
+  int32_t id;     // -1: empty
+  int32_t count;  // ids equal to max
+};
+
+enum class ActFormat : int { q8_K = 0, q8_0 = 1, f16 = 2, bf16 = 3, f32 = 4 };
+enum CapMode : int { kScaleOnly = 0, kCapNodes = 1, kCapFused = 2 };
+
+// RMSNorm + activation quantization, one block per token.
+struct PrepParams {
+  const float* hidden = nullptr;  // [T][H], mapped host memory
+  const float* gamma = nullptr;   // [H]
+  int H = 0;
+  int T = 0;
+  float eps = 0;
+  ActFormat format = ActFormat::q8_K;
+  int force_sequential = 0;       // test hook: always run the sequential double chain
+  // q8 formats: groups of 256 elements, token slot pitch kActPitch
+  int8_t* act_qs = nullptr;       // [ngroups][kMaxTokens][kActPitch]
+  float* act_d = nullptr;         // q8_K: [H/256][kMaxTokens]; q8_0: [H/32][kMaxTokens] (f32 of the f16 d)
+  uint32_t* act_bsp = nullptr;    // q8_K: [H/256][kMaxTokens][4] pairs of int16 sub-block sums
+  float* act_f = nullptr;         // float formats: [T][H]
+  float* normed_out = nullptr;    // optional [T][H] (stages)
+  int32_t* norm_path = nullptr;   // [kMaxTokens]
+};
+
+struct HeadParams {
+  const uint8_t* weights = nullptr;  // device layout rows
+  const uint16_t* aux = nullptr;     // Q6_K: [vocab][groups] f16 d
+  int64_t row_stride = 0;
+  int vocab = 0;
+  int hidden = 0;
+  int groups = 0;                    // device-layout groups per row
+  int T = 0;                         // tokens in this call
+  int t0 = 0;                        // first token of this pass (generic kernels run in passes)
+  int tc = 0;                        // tokens in this pass
+  const int8_t* act_qs = nullptr;
+  const float* act_d = nullptr;
+  const uint32_t* act_bsp = nullptr;
+  const float* act_f = nullptr;
+  float logit_scale = 1, cap = 0, inv_cap = 0;
+  int cap_mode = kScaleOnly;
+  float* logits = nullptr;           // [kMaxTokens][vocab] capped (always written)
+  float* raw = nullptr;              // optional [kMaxTokens][vocab] raw logits (stages)
+  PartialBest* partials = nullptr;   // [gridDim.x][kMaxTokens]
+  unsigned* done_counter = nullptr;  // last-block detection, reset by the last block
+  unsigned* tile_counter = nullptr;  // dynamic tile hand-out, reset by the last block
+  TokenResult* results = nullptr;    // [kMaxTokens] mapped host memory
+  float* max_out = nullptr;          // [kMaxTokens] device copy of each token's max
+  int prefetch_l2 = 0;               // bulk-prefetch each warp's first tile into L2 before waiting
+};
+
+struct MmaConfig {
+  int warps = 8;
+  int stages = 6;
+  bool pdl = true;
+  bool prefetch_l2 = false;
+};
+
+void launch_prep(const PrepParams& p, cudaStream_t stream);
+// The Q5_K q8-route head on the int8 tensor cores; T = 1..16.
+void launch_q5k_mma(const HeadParams& p, const MmaConfig& cfg, int num_sms, cudaStream_t stream);
+bool q5k_mma_supported(const MmaConfig& cfg);
+// Dynamic shared memory the MMA kernel needs (the backend falls back to the generic kernel when a
+// head's activations do not fit next to the stages).
+size_t q5k_mma_smem(int groups, int tokens, const MmaConfig& cfg);
+// Every head type on both routes, one thread per row, tokens in passes of 4.
+constexpr int kGenericTokens = 4;
+void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, int num_sms,
+                         bool pdl, cudaStream_t stream);
+
+// Selection beyond the fused argmax, over the stored capped logits.
+struct SelectParams {
+  const float* logits = nullptr;  // [kMaxTokens][vocab]
+  const float* max_in = nullptr;  // [kMaxTokens]
+  int vocab = 0;
+  int T = 0;
+  int k = 0;
+  int k_chunk = 0;                // min(k, kTopKChunk)
+  int2* candidates = nullptr;     // [T][chunks][k_chunk] (id, float bits); id -1 ends a list
+  double* chunk_sums = nullptr;   // [T][sum-exp chunks]
+};
+void launch_topk(const SelectParams& p, cudaStream_t stream);
+void launch_sum_exp(const SelectParams& p, cudaStream_t stream);
+
+// The node route's intermediate stages from the raw logits (want_stages).
+void launch_stage_nodes(const float* raw, int vocab, int T, float logit_scale, float cap, float inv_cap,
+                        int cap_mode, float* scaled, float* div, float* tanh_out, cudaStream_t stream);
+
+// Test hook: portable tanh on the device for the bit patterns [first, first + count).
+void launch_tanh_sweep(uint64_t first, uint64_t count, uint32_t* out, cudaStream_t stream);
+
+}  // namespace lmhead::cuda

@@ -1,0 +1,179 @@
+// RMSNorm and activation quantization, one block per token (numerics.md §4, §6).
+//
+// The reference sums the squares in double strictly left to right: on one GPU thread that chain of
+// H dependent double adds is the slowest part of the whole tail (~27 us for H = 6656). It matters
+// only through (float)(sum / H), so the block sums in parallel and proves the rounding instead:
+// for non-negative terms every summation order lies within (H - 1) * 2^-53 * S of the exact sum S,
+// hence the sequential sum lies within (H + 64) * 2^-52 * S_par of the parallel one. If both ends
+// of that interval, divided by H with directed rounding, round to the same float, that float is
+// the reference's mean (rounding is monotone). Otherwise (about once in 20,000 tokens) one thread
+// runs the reference's chain. Both paths give the reference's bytes; the path taken is reported.
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/device_common.cuh"
+
+namespace lmhead::cuda {
+namespace {
+
+constexpr int kPrepThreads = 1024;
+
+__device__ __forceinline__ double warp_sum_double(double v) {
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+
+// One 256-element Q8_K block, by one warp: lane l owns elements 8l .. 8l+7.
+__device__ void quantize_q8_K_block(const float* x, int8_t* qs_out, float* d_out, uint32_t* bsp_out) {
+  const int lane = threadIdx.x & 31;
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = x[8 * lane + j];
+  // First index reaching the largest magnitude (strict > while scanning in index order).
+  float amax = 0.0f;
+  int idx = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float ax = fabsf(v[j]);
+    if (ax > amax) { amax = ax; idx = 8 * lane + j; }
+  }
+  for (int m = 16; m > 0; m >>= 1) {
+    const float oa = __shfl_xor_sync(0xffffffffu, amax, m);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, m);
+    if (oa > amax || (oa == amax && oi < idx)) { amax = oa; idx = oi; }
+  }
+  uint32_t w0 = 0, w1 = 0;
+  int lane_sum = 0;
+  float d = 0.0f;
+  if (amax != 0.0f) {
+    const float max = x[idx];
+    const float iscale = __fdiv_rn(-127.0f, max);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      int q = nearest_int_dev(__fmul_rn(iscale, v[j]));
+      q = q < 127 ? q : 127;
+      lane_sum += q;
+      const uint32_t byte = uint32_t(q) & 0xFFu;
+      if (j < 4) w0 |= byte << (8 * j); else w1 |= byte << (8 * (j - 4));
+    }
+    d = __fdiv_rn(1.0f, iscale);
+  }
+  reinterpret_cast<uint2*>(qs_out)[lane] = make_uint2(w0, w1);
+  // Sub-block sums (32 elements = lanes 4j .. 4j+3) equal bsums[2j] + bsums[2j+1] exactly.
+  int s = lane_sum;
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  const int s_lo = __shfl_sync(0xffffffffu, s, (lane & 3) * 8);      // sub-block 2w
+  const int s_hi = __shfl_sync(0xffffffffu, s, (lane & 3) * 8 + 4);  // sub-block 2w + 1
+  if (lane < 4) bsp_out[lane] = (uint32_t(s_lo) & 0xFFFFu) | (uint32_t(s_hi) << 16);
+  if (lane == 0) *d_out = d;
+}
+
+__global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) {
+  extern __shared__ float xs[];
+  __shared__ double warp_sums[kPrepThreads / 32];
+  __shared__ float s_scale;
+  pdl_launch_dependents();
+
+  const int t = blockIdx.x, H = p.H;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const float* x = p.hidden + size_t(t) * H;
+
+  double local = 0.0;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const float v = x[i];
+    xs[i] = v;
+    local += double(__fmul_rn(v, v));
+  }
+  local = warp_sum_double(local);
+  if (lane == 0) warp_sums[warp] = local;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0.0;
+    for (int w = 0; w < nwarps; ++w) s += warp_sums[w];
+    float mean = 0.0f;
+    bool decided = false;
+    if (!p.force_sequential) {
+      if (isinf(s)) {  // a square overflowed f32: every order sums to +inf
+        mean = __int_as_float(0x7f800000);
+        decided = true;
+      } else {
+        const double delta = double(H + 64) * 0x1p-52;
+        const double lo = __ddiv_rd(__dmul_rd(s, 1.0 - delta), double(H));
+        const double hi = __ddiv_ru(__dmul_ru(s, 1.0 + delta), double(H));
+        const float flo = __double2float_rn(lo), fhi = __double2float_rn(hi);
+        if (flo == fhi) { mean = flo; decided = true; }
+      }
+    }
+    if (!decided) {
+      double seq = 0.0;
+      for (int i = 0; i < H; ++i) seq = __dadd_rn(seq, double(__fmul_rn(xs[i], xs[i])));
+      mean = __double2float_rn(__ddiv_rn(seq, double(H)));
+    }
+    if (p.norm_path) p.norm_path[t] = decided ? 0 : 1;
+    s_scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
+  }
+  __syncthreads();
+  const float scale = s_scale;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const float y = __fmul_rn(xs[i], scale);
+    const float n = __fmul_rn(y, p.gamma[i]);
+    xs[i] = n;
+    if (p.normed_out) p.normed_out[size_t(t) * H + i] = n;
+  }
+  __syncthreads();
+
+  switch (p.format) {
+    case ActFormat::q8_K: {
+      const int nb = H / 256;
+      for (int b = warp; b < nb; b += nwarps)
+        quantize_q8_K_block(xs + 256 * b, p.act_qs + (size_t(b) * kMaxTokens + t) * kActPitch,
+                            p.act_d + size_t(b) * kMaxTokens + t, p.act_bsp + (size_t(b) * kMaxTokens + t) * 4);
+      break;
+    }
+    case ActFormat::q8_0: {
+      // x86 AVX2 order: d = fp16(amax / 127); q = round-half-even(x * (127 / amax)).
+      const int nb = H / 32;
+      for (int b = warp; b < nb; b += nwarps) {
+        const float v = xs[32 * b + lane];
+        float amax = fabsf(v);
+        for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+        const int q = __float2int_rn(__fmul_rn(v, id));
+        p.act_qs[(size_t(b / 8) * kMaxTokens + t) * kActPitch + 32 * (b % 8) + lane] = int8_t(q);
+        if (lane == 0)
+          p.act_d[size_t(b) * kMaxTokens + t] = quant::f16_to_f32(quant::f32_to_f16(__fdiv_rn(amax, 127.0f)));
+      }
+      break;
+    }
+    case ActFormat::f16:
+    case ActFormat::bf16:
+    case ActFormat::f32: {
+      const size_t pitch = size_t(H + 255) / 256 * 256;
+      for (int i = threadIdx.x; i < H; i += blockDim.x) {
+        float v = xs[i];
+        if (p.format == ActFormat::f16) v = quant::f16_to_f32(quant::f32_to_f16(v));
+        else if (p.format == ActFormat::bf16) v = quant::bf16_to_f32(quant::f32_to_bf16(v));
+        p.act_f[size_t(t) * pitch + i] = v;
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+void launch_prep(const PrepParams& p, cudaStream_t stream) {
+  const size_t smem = size_t(p.H) * sizeof(float);
+  static bool configured = false;
+  if (!configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    configured = true;
+  }
+  if (smem > 200 * 1024) throw Error("the cuda backend's RMSNorm keeps a token in shared memory: hidden size " +
+                                     std::to_string(p.H) + " is too large");
+  prep_kernel<<<p.T, kPrepThreads, smem, stream>>>(p);
+  CUDA_CHECK_LAUNCH("prep_kernel");
+}
+
+}  // namespace lmhead::cuda

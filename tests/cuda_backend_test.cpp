@@ -1,0 +1,544 @@
+// The CUDA backend against the scalar backend (the oracle), byte for byte, on fresh random heads
+// and inputs every run, and against the golden files. Every test skips with a visible message on
+// a machine without a usable GPU (CI compiles the kernels but has no GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "gguf/gguf.hpp"
+#include "lmhead/lmhead.hpp"
+#include "ops/tanh.hpp"
+#include "quant/blocks.hpp"
+#include "quant/dequantize.hpp"
+
+namespace lmhead {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                              \
+  do {                                                                  \
+    std::string why_;                                                   \
+    if (!cuda_available(&why_)) GTEST_SKIP() << "no usable GPU: " << why_; \
+  } while (0)
+
+std::string data_dir() {
+  if (const char* env = std::getenv("LMHEAD_TEST_DATA_DIR")) return env;
+  return LMHEAD_TEST_DATA;
+}
+
+uint64_t seed_of_this_run() {
+  static const uint64_t seed = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
+  return seed;
+}
+
+uint32_t bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+
+// A random head whose blocks are any bytes with finite scales (numerics.md §3).
+struct RandomHead {
+  std::vector<uint8_t> weights;
+  std::vector<float> gamma;
+  HeadView view;
+};
+
+uint16_t finite_f16(std::mt19937_64& rng, bool wild) {
+  if (wild) {
+    for (;;) {
+      const uint16_t h = uint16_t(rng());
+      if (((h >> 10) & 0x1F) != 0x1F) return h;
+    }
+  }
+  std::uniform_real_distribution<float> u(0.0005f, 0.02f);
+  return quant::f32_to_f16((rng() & 1) ? u(rng) : -u(rng) * 0.25f);
+}
+
+RandomHead random_head(TensorType type, int64_t V, int64_t H, std::mt19937_64& rng, float logit_scale = 0.196116f,
+                       float cap = 20.0f, bool wild = false) {
+  RandomHead h;
+  const TensorTypeInfo* info = tensor_type_info(type);
+  const uint64_t row_bytes = uint64_t(H / info->block_elems * info->block_bytes);
+  h.weights.resize(size_t(V) * row_bytes);
+  for (auto& b : h.weights) b = uint8_t(rng());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t r = 0; r < V; ++r) {
+    uint8_t* row = h.weights.data() + size_t(r) * row_bytes;
+    const int64_t nb = H / info->block_elems;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = row + size_t(b) * info->block_bytes;
+      auto put16 = [&](size_t off, uint16_t v) { std::memcpy(blk + off, &v, 2); };
+      switch (type) {
+        case TensorType::Q4_K:
+        case TensorType::Q5_K: put16(0, finite_f16(rng, wild)); put16(2, finite_f16(rng, wild)); break;
+        case TensorType::Q6_K: put16(208, finite_f16(rng, wild)); break;
+        case TensorType::Q8_0: put16(0, finite_f16(rng, wild)); break;
+        case TensorType::F16: put16(0, quant::f32_to_f16(u(rng))); break;
+        case TensorType::BF16: put16(0, quant::f32_to_bf16(u(rng))); break;
+        case TensorType::F32: { const float f = u(rng); std::memcpy(blk, &f, 4); break; }
+        default: break;
+      }
+    }
+  }
+  h.gamma.resize(size_t(H));
+  std::uniform_real_distribution<float> g(0.5f, 1.5f);
+  for (auto& x : h.gamma) x = g(rng);
+  h.view.type = type;
+  h.view.weights = h.weights.data();
+  h.view.vocab = V;
+  h.view.hidden = H;
+  h.view.row_bytes = row_bytes;
+  h.view.gamma = h.gamma.data();
+  h.view.eps = 1e-5f;
+  h.view.logit_scale = logit_scale;
+  h.view.softcap = cap;
+  return h;
+}
+
+// Hidden states of very different magnitudes per token, with exact zeros and tiny values.
+std::vector<float> random_hidden(int T, int64_t H, std::mt19937_64& rng) {
+  std::vector<float> x(size_t(T) * H);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::uniform_real_distribution<float> e(-3.0f, 2.0f);
+  for (int t = 0; t < T; ++t) {
+    const float scale = std::pow(10.0f, e(rng));
+    for (int64_t i = 0; i < H; ++i) {
+      float v = n(rng) * scale;
+      const uint64_t r = rng() % 64;
+      if (r == 0) v = 0.0f;
+      if (r == 1) v *= 1e-20f;
+      x[size_t(t) * H + i] = v;
+    }
+  }
+  return x;
+}
+
+::testing::AssertionResult same_floats(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  if (a.size() != b.size())
+    return ::testing::AssertionFailure() << what << ": sizes " << a.size() << " vs " << b.size();
+  size_t diffs = 0, first = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (bits(a[i]) != bits(b[i])) {
+      if (diffs++ == 0) first = i;
+    }
+  if (diffs == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << diffs << " of " << a.size() << " differ; first at " << first
+                                       << ": scalar " << a[first] << " (0x" << std::hex << bits(a[first]) << ") cuda "
+                                       << std::dec << b[first] << " (0x" << std::hex << bits(b[first]) << ")";
+}
+
+void expect_same(const ForwardOutput& ref, const ForwardOutput& got, const ForwardRequest& req, const std::string& what) {
+  SCOPED_TRACE(what + " (seed " + std::to_string(seed_of_this_run()) + ")");
+  ASSERT_EQ(ref.summaries.size(), got.summaries.size());
+  for (size_t t = 0; t < ref.summaries.size(); ++t) {
+    const auto& a = ref.summaries[t];
+    const auto& b = got.summaries[t];
+    EXPECT_EQ(bits(a.max), bits(b.max)) << "token " << t << " max " << a.max << " vs " << b.max;
+    EXPECT_EQ(a.argmax, b.argmax) << "token " << t;
+    EXPECT_EQ(a.tie_count, b.tie_count) << "token " << t;
+    EXPECT_EQ(a.tied_ids, b.tied_ids) << "token " << t;
+    ASSERT_EQ(a.top.size(), b.top.size()) << "token " << t;
+    for (size_t i = 0; i < a.top.size(); ++i) {
+      EXPECT_EQ(a.top[i].id, b.top[i].id) << "token " << t << " rank " << i;
+      EXPECT_EQ(bits(a.top[i].logit), bits(b.top[i].logit)) << "token " << t << " rank " << i;
+    }
+  }
+  if (req.logprobs) {
+    ASSERT_EQ(ref.sum_exp.size(), got.sum_exp.size());
+    for (size_t t = 0; t < ref.sum_exp.size(); ++t)
+      EXPECT_NEAR(ref.sum_exp[t], got.sum_exp[t], 1e-12 * ref.sum_exp[t]) << "token " << t;
+  }
+  if (req.want_logits || req.want_stages) EXPECT_TRUE(same_floats(ref.logits, got.logits, "capped logits"));
+  if (req.want_stages) {
+    EXPECT_TRUE(same_floats(ref.stages.normed, got.stages.normed, "normed"));
+    EXPECT_TRUE(same_floats(ref.stages.raw, got.stages.raw, "raw"));
+    EXPECT_TRUE(same_floats(ref.stages.scaled, got.stages.scaled, "scaled"));
+    EXPECT_TRUE(same_floats(ref.stages.div, got.stages.div, "div"));
+    EXPECT_TRUE(same_floats(ref.stages.tanh, got.stages.tanh, "tanh"));
+    EXPECT_TRUE(same_floats(ref.stages.capped, got.stages.capped, "capped"));
+  }
+}
+
+ForwardOutput run(Backend& b, const std::vector<float>& hidden, int T, const ForwardRequest& req) {
+  ForwardOutput out;
+  b.forward(hidden.data(), T, req, out);
+  return out;
+}
+
+TEST(CudaBackend, Q5KMatchesScalarForEveryTokenCount) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run());
+  const RandomHead head = random_head(TensorType::Q5_K, 1237, 512, rng);
+  auto scalar = make_scalar_backend(head.view);
+  auto gpu = make_cuda_backend(head.view, 1);
+  cuda::Tuning tuning;
+  tuning.check_guards = true;
+  ForwardRequest req;
+  req.want_logits = true;
+  for (int T = 1; T <= 16; ++T) {
+    const std::vector<float> hidden = random_hidden(T, 512, rng);
+    const ForwardOutput ref = run(*scalar, hidden, T, req);
+    for (bool mma : {true, false}) {
+      tuning.use_mma = mma;
+      cuda::set_tuning(*gpu, tuning);
+      for (int rep = 0; rep < 2; ++rep) {  // the first call runs directly, the second replays the graph
+        const ForwardOutput got = run(*gpu, hidden, T, req);
+        const cuda::CallInfo info = cuda::last_call(*gpu);
+        EXPECT_EQ(info.kernel, mma ? "q5k_mma" : "generic");
+        EXPECT_TRUE(info.guards_intact) << "a kernel wrote outside the logits";
+        expect_same(ref, got, req, "Q5_K T=" + std::to_string(T) + (mma ? " mma" : " generic") + " rep " + std::to_string(rep));
+      }
+    }
+  }
+}
+
+TEST(CudaBackend, Q5KMmaConfigurationsAgree) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 1);
+  const RandomHead head = random_head(TensorType::Q5_K, 4099, 768, rng);
+  auto scalar = make_scalar_backend(head.view);
+  auto gpu = make_cuda_backend(head.view, 1);
+  ForwardRequest req;
+  req.want_logits = true;
+  const struct { int warps, stages; bool pdl, events, prefetch; } configs[] = {
+      {8, 6, true, true, false}, {8, 8, true, false, true}, {12, 6, true, false, false}, {16, 4, false, false, true}};
+  for (int T : {1, 9, 16}) {
+    const std::vector<float> hidden = random_hidden(T, 768, rng);
+    const ForwardOutput ref = run(*scalar, hidden, T, req);
+    for (const auto& c : configs) {
+      cuda::Tuning t;
+      t.mma_warps = c.warps;
+      t.mma_stages = c.stages;
+      t.pdl = c.pdl;
+      t.stage_events = c.events;
+      t.prefetch_l2 = c.prefetch;
+      t.check_guards = true;
+      cuda::set_tuning(*gpu, t);
+      for (int rep = 0; rep < 2; ++rep) {
+        const ForwardOutput got = run(*gpu, hidden, T, req);
+        EXPECT_TRUE(cuda::last_call(*gpu).guards_intact);
+        expect_same(ref, got, req,
+                    "T=" + std::to_string(T) + " warps " + std::to_string(c.warps) + " stages " + std::to_string(c.stages));
+      }
+    }
+  }
+}
+
+TEST(CudaBackend, Q5KRoutesCapsAndSelections) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 2);
+  for (float cap : {20.0f, 0.0f}) {
+    const RandomHead head = random_head(TensorType::Q5_K, 4099, 256, rng, 0.196116f, cap);
+    auto scalar = make_scalar_backend(head.view);
+    auto gpu = make_cuda_backend(head.view, 1);
+    for (ActivationRoute route : {ActivationRoute::q8, ActivationRoute::f32})
+      for (SoftcapRoute sc : {SoftcapRoute::nodes, SoftcapRoute::fused})
+        for (int T : {1, 6, 16}) {
+          const std::vector<float> hidden = random_hidden(T, 256, rng);
+          ForwardRequest req;
+          req.activations = route;
+          req.softcap = sc;
+          req.top_k = T == 6 ? 4099 : 7;  // 4099 > one 4096-id chunk
+          req.logprobs = true;
+          req.want_stages = T != 16;
+          req.want_logits = true;
+          const ForwardOutput ref = run(*scalar, hidden, T, req);
+          const ForwardOutput got = run(*gpu, hidden, T, req);
+          expect_same(ref, got, req,
+                      std::string("cap ") + std::to_string(cap) + (route == ActivationRoute::q8 ? " q8" : " f32") +
+                          (sc == SoftcapRoute::nodes ? " nodes" : " fused") + " T=" + std::to_string(T));
+        }
+  }
+}
+
+TEST(CudaBackend, WildScalesStayExact) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 3);
+  const RandomHead head = random_head(TensorType::Q5_K, 2053, 512, rng, 0.196116f, 20.0f, /*wild=*/true);
+  auto scalar = make_scalar_backend(head.view);
+  auto gpu = make_cuda_backend(head.view, 1);
+  ForwardRequest req;
+  req.want_logits = true;
+  for (int T : {1, 8, 11}) {
+    const std::vector<float> hidden = random_hidden(T, 512, rng);
+    expect_same(run(*scalar, hidden, T, req), run(*gpu, hidden, T, req), req, "wild d/dmin T=" + std::to_string(T));
+  }
+}
+
+TEST(CudaBackend, EveryHeadTypeOnBothRoutes) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 4);
+  const struct { TensorType type; int64_t H; } cases[] = {
+      {TensorType::Q4_K, 512}, {TensorType::Q6_K, 512}, {TensorType::Q8_0, 544},
+      {TensorType::F16, 300},  {TensorType::BF16, 100}, {TensorType::F32, 77}};
+  for (const auto& c : cases) {
+    const RandomHead head = random_head(c.type, 1031, c.H, rng);
+    auto scalar = make_scalar_backend(head.view);
+    auto gpu = make_cuda_backend(head.view, 1);
+    for (ActivationRoute route : {ActivationRoute::q8, ActivationRoute::f32})
+      for (int T : {1, 3, 6}) {
+        const std::vector<float> hidden = random_hidden(T, c.H, rng);
+        ForwardRequest req;
+        req.activations = route;
+        req.want_logits = true;
+        req.top_k = 3;
+        expect_same(run(*scalar, hidden, T, req), run(*gpu, hidden, T, req), req,
+                    std::string(tensor_type_name(c.type)) + (route == ActivationRoute::q8 ? " q8" : " f32") +
+                        " T=" + std::to_string(T));
+      }
+  }
+}
+
+TEST(CudaBackend, SaturatedCapTies) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 5);
+  // A huge logit scale saturates most capped logits at exactly +-cap: many-way ties.
+  const RandomHead head = random_head(TensorType::Q5_K, 3001, 256, rng, 5000.0f, 20.0f);
+  auto scalar = make_scalar_backend(head.view);
+  auto gpu = make_cuda_backend(head.view, 1);
+  ForwardRequest req;
+  req.top_k = 20;
+  for (bool mma : {true, false}) {
+    cuda::Tuning t;
+    t.use_mma = mma;
+    cuda::set_tuning(*gpu, t);
+    for (int T : {1, 2, 12}) {
+      const std::vector<float> hidden = random_hidden(T, 256, rng);
+      const ForwardOutput ref = run(*scalar, hidden, T, req);
+      const ForwardOutput got = run(*gpu, hidden, T, req);
+      EXPECT_GT(ref.summaries[0].tie_count, 16) << "the test should produce wide ties";
+      expect_same(ref, got, req, std::string("saturated ties ") + (mma ? "mma" : "generic") + " T=" + std::to_string(T));
+    }
+  }
+}
+
+TEST(CudaBackend, BatchInvariance) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 6);
+  const RandomHead head = random_head(TensorType::Q5_K, 1999, 512, rng);
+  auto gpu = make_cuda_backend(head.view, 1);
+  ForwardRequest req;
+  req.want_logits = true;
+  const std::vector<float> batch = random_hidden(16, 512, rng);
+  for (bool mma : {true, false}) {
+    cuda::Tuning t;
+    t.use_mma = mma;
+    cuda::set_tuning(*gpu, t);
+    const ForwardOutput all = run(*gpu, batch, 16, req);
+    for (int T : {1, 5, 9}) {
+      for (int first = 0; first + T <= 16; first += T) {
+        const std::vector<float> part(batch.begin() + first * 512, batch.begin() + (first + T) * 512);
+        const ForwardOutput some = run(*gpu, part, T, req);
+        const std::vector<float> expect(all.logits.begin() + size_t(first) * 1999,
+                                        all.logits.begin() + size_t(first + T) * 1999);
+        EXPECT_TRUE(same_floats(expect, some.logits, "batch vs sub-batch"))
+            << (mma ? "mma" : "generic") << " tokens " << first << ".." << first + T - 1;
+      }
+    }
+  }
+}
+
+TEST(CudaBackend, SequentialNormPathGivesSameBytes) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 7);
+  const RandomHead head = random_head(TensorType::Q5_K, 1500, 6656, rng);
+  auto gpu = make_cuda_backend(head.view, 1);
+  auto scalar = make_scalar_backend(head.view);
+  ForwardRequest req;
+  req.want_stages = true;
+  int sequential = 0, tokens = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const std::vector<float> hidden = random_hidden(16, 6656, rng);
+    const ForwardOutput ref = run(*scalar, hidden, 16, req);
+    cuda::Tuning t;
+    const ForwardOutput fast = run(*gpu, hidden, 16, req);
+    const cuda::CallInfo info = cuda::last_call(*gpu);
+    for (int i = 0; i < 16; ++i) sequential += info.norm_path[i];
+    tokens += 16;
+    t.force_sequential_norm = true;
+    cuda::set_tuning(*gpu, t);
+    const ForwardOutput slow = run(*gpu, hidden, 16, req);
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(cuda::last_call(*gpu).norm_path[i], 1);
+    cuda::set_tuning(*gpu, cuda::Tuning{});
+    expect_same(ref, fast, req, "bounded parallel RMSNorm sum");
+    expect_same(ref, slow, req, "sequential RMSNorm sum");
+  }
+  std::printf("[ info ] RMSNorm: %d of %d tokens needed the sequential chain\n", sequential, tokens);
+  EXPECT_LT(sequential, tokens / 4);
+}
+
+TEST(CudaBackend, StageTimesNameTheHead) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 8);
+  const RandomHead head = random_head(TensorType::Q5_K, 50000, 2048, rng);
+  auto gpu = make_cuda_backend(head.view, 1);
+  const std::vector<float> hidden = random_hidden(4, 2048, rng);
+  for (bool events : {true, false}) {
+    cuda::Tuning t;
+    t.stage_events = events;
+    cuda::set_tuning(*gpu, t);
+    ForwardRequest req;
+    for (int rep = 0; rep < 2; ++rep) {
+      const ForwardOutput out = run(*gpu, hidden, 4, req);
+      double head_ms = -1, total = 0;
+      for (const StageTime& s : out.times) {
+        total += s.ms;
+        if (s.label.find("head") != std::string::npos) head_ms = s.ms;
+        if (s.label.find("cap") != std::string::npos)
+          EXPECT_NE(s.label.find("head"), std::string::npos) << "the soft cap is booked apart from the head: " << s.label;
+      }
+      EXPECT_GT(head_ms, 0.0) << "no stage label names the head";
+      if (events) {
+        // The head streams the weights: it must take most of the time.
+        EXPECT_GT(head_ms, 0.3 * total);
+      }
+    }
+  }
+}
+
+TEST(CudaBackend, GoldenFilesByteForByte) {
+  SKIP_WITHOUT_GPU();
+  for (const char* stem : {"tail-q5k-v4099-h512", "tail-q5k-v4096-h256"}) {
+    SCOPED_TRACE(stem);
+    auto model = Model::open(data_dir() + "/" + stem + ".gguf");
+    auto vectors = gguf::File::open(data_dir() + "/" + stem + ".vectors.gguf");
+    const HeadConfig& c = model->config();
+    HeadView h;
+    h.type = c.head_type;
+    h.weights = model->head_weights();
+    h.vocab = c.vocab;
+    h.hidden = c.hidden;
+    h.row_bytes = c.row_bytes;
+    h.gamma = model->norm_weight();
+    h.eps = c.eps;
+    h.logit_scale = c.logit_scale;
+    h.softcap = c.softcap;
+    auto tensor = [&](const char* name) {
+      const gguf::TensorInfo* t = vectors->find_tensor(name);
+      EXPECT_NE(t, nullptr) << name;
+      std::vector<float> v(size_t(t->elements()));
+      std::memcpy(v.data(), t->data, v.size() * 4);
+      return v;
+    };
+    const std::vector<float> hidden = tensor("hidden");
+    const int T = int(hidden.size() / size_t(c.hidden));
+    for (bool mma : {true, false}) {
+      auto gpu = make_cuda_backend(h, 1);
+      cuda::Tuning t;
+      t.use_mma = mma;
+      cuda::set_tuning(*gpu, t);
+      ForwardRequest req;
+      req.want_stages = true;
+      const ForwardOutput out = run(*gpu, hidden, T, req);
+      EXPECT_TRUE(same_floats(tensor("normed"), out.stages.normed, "normed vs golden"));
+      EXPECT_TRUE(same_floats(tensor("logits_raw"), out.stages.raw, "raw vs golden"));
+      EXPECT_TRUE(same_floats(tensor("logits_scaled"), out.stages.scaled, "scaled vs golden"));
+      EXPECT_TRUE(same_floats(tensor("logits_div"), out.stages.div, "div vs golden"));
+      EXPECT_TRUE(same_floats(tensor("logits_tanh"), out.stages.tanh, "tanh vs golden"));
+      EXPECT_TRUE(same_floats(tensor("logits_capped"), out.logits, "capped vs golden"));
+      if (std::string(stem) == "tail-q5k-v4099-h512") {
+        // Rows 0, 7 and 14 saturate at exactly the cap for token 0: a three-way tie, lowest id wins.
+        EXPECT_EQ(out.summaries[0].argmax, 0);
+        EXPECT_EQ(out.summaries[0].tie_count, 3);
+        EXPECT_EQ(out.summaries[0].tied_ids, (std::vector<int32_t>{0, 7, 14}));
+      }
+    }
+  }
+}
+
+TEST(CudaBackend, EngineRefusesNonFiniteInput) {
+  SKIP_WITHOUT_GPU();
+  auto model = Model::open(data_dir() + "/tail-q5k-v4096-h256.gguf");
+  Engine engine(model, EngineOptions{.backend = BackendKind::cuda});
+  std::vector<float> hidden(256, 0.5f);
+  hidden[17] = std::nanf("");
+  EXPECT_THROW(engine.run(hidden, 1), Error);
+  hidden[17] = 0.25f;
+  const RunResult r = engine.run(hidden, 1);
+  EXPECT_EQ(r.backend, "cuda");
+}
+
+TEST(CudaBackend, F32RouteAgainstDoubleOracle) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 9);
+  const int64_t V = 777, H = 512;
+  const RandomHead head = random_head(TensorType::Q5_K, V, H, rng);
+  auto gpu = make_cuda_backend(head.view, 1);
+  const std::vector<float> hidden = random_hidden(2, H, rng);
+  ForwardRequest req;
+  req.activations = ActivationRoute::f32;
+  req.want_stages = true;
+  const ForwardOutput out = run(*gpu, hidden, 2, req);
+  std::vector<float> row(static_cast<size_t>(H));
+  double max_err = 0, sum_err = 0, max_mag = 0;
+  for (int t = 0; t < 2; ++t)
+    for (int64_t r = 0; r < V; ++r) {
+      quant::dequantize_row(TensorType::Q5_K, head.weights.data() + size_t(r) * head.view.row_bytes, row.data(), H);
+      double dot = 0;
+      for (int64_t i = 0; i < H; ++i) dot += double(row[size_t(i)]) * double(out.stages.normed[size_t(t) * H + i]);
+      const double err = std::fabs(dot - double(out.stages.raw[size_t(t) * V + r]));
+      max_err = std::max(max_err, err);
+      sum_err += err;
+      max_mag = std::max(max_mag, std::fabs(dot));
+    }
+  std::printf("[ info ] f32 route vs f64 oracle: max |d| = %.3g, mean |d| = %.3g (max |logit| %.3g)\n", max_err,
+              sum_err / double(2 * V), max_mag);
+  EXPECT_LT(max_err, 1e-4 * std::max(1.0, max_mag));
+}
+
+TEST(CudaBackend, ReadCeilingIsMeasured) {
+  SKIP_WITHOUT_GPU();
+  const double gbps = measure_cuda_read_ceiling_gbps(uint64_t(256) << 20);
+  std::printf("[ info ] device read ceiling over 256 MiB: %.1f GB/s\n", gbps);
+  EXPECT_GT(gbps, 100.0);
+}
+
+// All 2^32 inputs of the portable tanh on the device against the host's portable tanh (and, for
+// information, the C library's tanhf). Minutes of work: run with LMHEAD_CUDA_TANH_SWEEP=1.
+TEST(CudaTanh, EveryFloatMatchesTheHost) {
+  SKIP_WITHOUT_GPU();
+  if (std::getenv("LMHEAD_CUDA_TANH_SWEEP") == nullptr)
+    GTEST_SKIP() << "set LMHEAD_CUDA_TANH_SWEEP=1 to sweep all 2^32 floats (bench/gpu.sh does)";
+  const uint64_t chunk = uint64_t(1) << 28;
+  std::vector<uint32_t> dev(chunk);
+  uint64_t mismatches = 0, nan_inputs = 0, libc_diffs = 0;
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  for (uint64_t first = 0; first < (uint64_t(1) << 32); first += chunk) {
+    cuda::tanh_sweep(first, chunk, dev.data());
+    std::vector<uint64_t> mm(threads), nn(threads), ll(threads);
+    std::vector<std::thread> pool;
+    for (unsigned w = 0; w < threads; ++w)
+      pool.emplace_back([&, w] {
+        for (uint64_t i = w; i < chunk; i += threads) {
+          const uint32_t in = uint32_t(first + i);
+          float x;
+          std::memcpy(&x, &in, 4);
+          const float host = ops::portable_tanhf(x);
+          if (std::isnan(x)) {
+            ++nn[w];
+            float d;
+            std::memcpy(&d, &dev[i], 4);
+            if (!std::isnan(d)) ++mm[w];  // NaN payloads differ by design (device NaNs are canonical)
+            continue;
+          }
+          if (bits(host) != dev[i]) ++mm[w];
+          if (bits(host) != bits(std::tanh(x))) ++ll[w];
+        }
+      });
+    for (auto& th : pool) th.join();
+    for (unsigned w = 0; w < threads; ++w) { mismatches += mm[w]; nan_inputs += nn[w]; libc_diffs += ll[w]; }
+  }
+  std::printf("[ info ] tanh sweep: %llu device/host mismatches, %llu NaN inputs (NaN-ness compared), %llu "
+              "differences between the portable tanh and this machine's C library tanhf\n",
+              (unsigned long long)mismatches, (unsigned long long)nan_inputs, (unsigned long long)libc_diffs);
+  EXPECT_EQ(mismatches, 0u);
+}
+
+}  // namespace
+}  // namespace lmhead
