@@ -68,7 +68,8 @@ struct Worker {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const HeadView& head, int threads, Isa isa)
-      : head_(head), pool_(threads), kernels_(kernels_for(head.type, isa)) {
+      : head_(head), pool_(threads), kernels_(kernels_for(head.type, isa)),
+        epilogue_isa_(isa == Isa::scalar ? Isa::scalar : detect_isa()) {
     if (kernels_.q8 == nullptr || kernels_.f32 == nullptr)
       throw Error("cpu backend: head type " + std::string(tensor_type_name(head.type)) + " has no kernel");
     workers_.resize(pool_.size());
@@ -92,6 +93,7 @@ class CpuBackend final : public Backend {
   HeadView head_;
   ThreadPool pool_;
   KernelSet kernels_;
+  Isa epilogue_isa_;
   std::vector<Worker> workers_;
   int tile_tokens_ = 16;  // tokens the raw tiles have room for
   AlignedBytes acts_;
@@ -223,7 +225,7 @@ void CpuBackend::run_rows(int worker, const TokenActs& acts, const TileKernel ke
         if (!st.div.empty())
           write_stages(tile_raw, n, cap, st.scaled.data() + at, st.div.data() + at, st.tanh.data() + at);
       }
-      cap_tile(tile_raw, n, cap, capped);
+      cap_tile(tile_raw, n, cap, capped, epilogue_isa_);
       fold_tile(capped, first, n, req.top_k, w.summaries[t]);
     }
   }

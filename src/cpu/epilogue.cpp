@@ -3,9 +3,16 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cpu/softcap_avx2.hpp"
+
 namespace lmhead::cpu {
 
-void cap_tile(const float* raw, int64_t n, const CapParams& cap, float* capped) {
+void cap_tile(const float* raw, int64_t n, const CapParams& cap, float* capped, Isa isa) {
+  if (isa == Isa::avx2) {
+    const SoftcapArgs args{cap.logit_scale, cap.cap, cap.inv_cap, cap.route == SoftcapRoute::fused};
+    avx2::cap_tile(raw, n, args, capped);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) capped[i] = cap_logit(raw[i], cap);
 }
 

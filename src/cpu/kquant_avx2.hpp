@@ -146,7 +146,7 @@ struct PreparedTokens {
   float* yd = nullptr;       // [nb][tpad]
   float* neg_yd = nullptr;   // [nb][tpad]
   __m128i* pairs = nullptr;  // [nb][tpad] bsums[2j] + bsums[2j+1], int16 x 8
-  uint8_t* unsigned_qs = nullptr;  // [tpad][nb][256] q8 + 128 (Q6_K only)
+  uint8_t* qs = nullptr;     // [tokens][nb][256]: the quants 32-byte aligned (Q6_K: offset to q8 + 128)
 };
 
 template <KQuant K>
@@ -157,8 +157,9 @@ PreparedTokens prepare_tokens(const TokenActs& acts, int64_t nb, uint8_t* mem) {
   p.pairs = reinterpret_cast<__m128i*>(mem);
   p.yd = reinterpret_cast<float*>(mem + cells * 16);
   p.neg_yd = p.yd + cells;
-  if constexpr (K == KQuant::q6_K) p.unsigned_qs = reinterpret_cast<uint8_t*>(p.neg_yd + cells);
-  const __m256i bias = _mm256_set1_epi8(-128);
+  p.qs = reinterpret_cast<uint8_t*>(p.neg_yd + cells);
+  // Q6_K's signed levels need unsigned activations: q8 + 128 is q8 with its top bit flipped.
+  const __m256i flip = _mm256_set1_epi8(K == KQuant::q6_K ? -128 : 0);
   for (int64_t i = 0; i < nb; ++i)
     for (int t = 0; t < p.tpad; ++t) {
       const size_t c = size_t(i) * p.tpad + t;
@@ -167,12 +168,10 @@ PreparedTokens prepare_tokens(const TokenActs& acts, int64_t nb, uint8_t* mem) {
         p.yd[c] = q8k_d(y);
         p.neg_yd[c] = -q8k_d(y);
         p.pairs[c] = bsum_pairs(y);
-        if constexpr (K == KQuant::q6_K) {
-          uint8_t* dst = p.unsigned_qs + (size_t(t) * nb + i) * 256;
-          for (int j = 0; j < 8; ++j) {
-            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + kQ8KQsAt + 32 * j));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * j), _mm256_xor_si256(q, bias));
-          }
+        uint8_t* dst = p.qs + (size_t(t) * nb + i) * 256;
+        for (int j = 0; j < 8; ++j) {
+          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + kQ8KQsAt + 32 * j));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32 * j), _mm256_xor_si256(q, flip));
         }
       } else {
         p.yd[c] = 0.0f;
@@ -188,14 +187,7 @@ template <KQuant K, int G>
 void dot_unpacked(const UnpackedK* u, int64_t nb, const TokenActs& acts, const PreparedTokens& p, int t0,
                   float* result) {
   const uint8_t* qs[G];
-  size_t qs_step;
-  if constexpr (K == KQuant::q6_K) {
-    for (int g = 0; g < G; ++g) qs[g] = p.unsigned_qs + size_t(t0 + g) * nb * 256;
-    qs_step = 256;
-  } else {
-    for (int g = 0; g < G; ++g) qs[g] = acts.data + size_t(t0 + g) * acts.stride + kQ8KQsAt;
-    qs_step = kQ8KBytes;
-  }
+  for (int g = 0; g < G; ++g) qs[g] = p.qs + size_t(t0 + g) * nb * 256;
   __m256 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
   // Q5_K: the four tokens' scalar mins sums in the lanes of one vector. Q4_K: each token's four
@@ -212,7 +204,7 @@ void dot_unpacked(const UnpackedK* u, int64_t nb, const TokenActs& acts, const P
       const __m256i w = _mm256_load_si256(&u[i].levels[j]);
       const __m256i s = _mm256_load_si256(&u[i].scales[j]);
       for (int g = 0; g < G; ++g) {
-        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs[g] + i * qs_step + 32 * j));
+        const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(qs[g] + i * 256 + 32 * j));
         const __m256i p16 = K == KQuant::q6_K ? _mm256_maddubs_epi16(a, w) : _mm256_maddubs_epi16(w, a);
         isum[g] = _mm256_add_epi32(isum[g], _mm256_madd_epi16(p16, s));
         keep_in_register(isum[g]);
@@ -266,6 +258,9 @@ void kquant_tile(const HeadTile& tile, const TokenActs& acts, const RawOut& out,
   const PreparedTokens p = prepare_tokens<K>(acts, nb, static_cast<uint8_t*>(scratch) + nb * sizeof(UnpackedK));
   for (int64_t r = 0; r < tile.count; ++r) {
     unpack_row<K>(tile.rows + r * tile.row_bytes, nb, u);
+    // The tokens below take long enough for the next row to arrive from DRAM meanwhile; without
+    // this the next unpack stalls on every line (a fifth of the batch path's time).
+    prefetch_bytes(tile.rows + (r + 1) * tile.row_bytes, tile.row_bytes);
     for (int t0 = 0; t0 < acts.tokens; t0 += 4) {
       const int g = acts.tokens - t0 < 4 ? acts.tokens - t0 : 4;
       float result[4];

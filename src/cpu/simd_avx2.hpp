@@ -17,6 +17,12 @@ inline void keep_in_register(V& v) {
   asm("" : "+x"(v));
 }
 
+// Asks for bytes [p, p + n) to be brought towards the core (into L2 and beyond: the T1 hint).
+// Prefetches never fault, so running past the end of the head's weights is harmless.
+inline void prefetch_bytes(const uint8_t* p, uint64_t n) {
+  for (uint64_t off = 0; off < n; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T1);
+}
+
 // Q8_K activation block (numerics.md §3): d f32 @0, qs[256] @4, bsums[16] int16 @260. Read through
 // byte offsets because a token's blocks may sit at any address.
 constexpr int kQ8KBytes = 292, kQ8KQsAt = 4, kQ8KBsumsAt = 260;
