@@ -138,24 +138,25 @@ inline void unpack_row(const uint8_t* row, int64_t nb, UnpackedK* u) {
   for (int64_t i = 0; i < nb; ++i) unpack_block<K>(row + i * kBlockBytesOf<K>, u[i]);
 }
 
-// Token-side values, per super-block i and token t (tokens padded to a multiple of 4 with zeros):
-// y.d, -y.d and the bsum pairs laid out so four tokens load together; for Q6_K the quants offset
-// to unsigned.
+// Token-side values, per super-block i and token t (tokens padded to a multiple of 8 with zeros,
+// so eight tokens load as one vector): y.d, -y.d, the bsum pairs as int32 words
+// (bsums[4p] + bsums[4p+1]) | (bsums[4p+2] + bsums[4p+3]) << 16 for p = 0..3, and the quants
+// copied 32-byte aligned (Q6_K: offset to unsigned).
 struct PreparedTokens {
   int tpad = 0;
-  float* yd = nullptr;       // [nb][tpad]
-  float* neg_yd = nullptr;   // [nb][tpad]
-  __m128i* pairs = nullptr;  // [nb][tpad] bsums[2j] + bsums[2j+1], int16 x 8
-  uint8_t* qs = nullptr;     // [tokens][nb][256]: the quants 32-byte aligned (Q6_K: offset to q8 + 128)
+  float* yd = nullptr;        // [nb][tpad]
+  float* neg_yd = nullptr;    // [nb][tpad]
+  int32_t* pairs = nullptr;   // [nb][4][tpad]
+  uint8_t* qs = nullptr;      // [tokens][nb][256]
 };
 
 template <KQuant K>
 PreparedTokens prepare_tokens(const TokenActs& acts, int64_t nb, uint8_t* mem) {
   PreparedTokens p;
-  p.tpad = (acts.tokens + 3) / 4 * 4;
+  p.tpad = (acts.tokens + 7) / 8 * 8;
   const size_t cells = size_t(nb) * p.tpad;
-  p.pairs = reinterpret_cast<__m128i*>(mem);
-  p.yd = reinterpret_cast<float*>(mem + cells * 16);
+  p.pairs = reinterpret_cast<int32_t*>(mem);
+  p.yd = reinterpret_cast<float*>(p.pairs + 4 * cells);
   p.neg_yd = p.yd + cells;
   p.qs = reinterpret_cast<uint8_t*>(p.neg_yd + cells);
   // Q6_K's signed levels need unsigned activations: q8 + 128 is q8 with its top bit flipped.
@@ -163,11 +164,12 @@ PreparedTokens prepare_tokens(const TokenActs& acts, int64_t nb, uint8_t* mem) {
   for (int64_t i = 0; i < nb; ++i)
     for (int t = 0; t < p.tpad; ++t) {
       const size_t c = size_t(i) * p.tpad + t;
+      alignas(16) int32_t words[4] = {0, 0, 0, 0};
       if (t < acts.tokens) {
         const uint8_t* y = acts.data + size_t(t) * acts.stride + i * kQ8KBytes;
         p.yd[c] = q8k_d(y);
         p.neg_yd[c] = -q8k_d(y);
-        p.pairs[c] = bsum_pairs(y);
+        _mm_store_si128(reinterpret_cast<__m128i*>(words), bsum_pairs(y));
         uint8_t* dst = p.qs + (size_t(t) * nb + i) * 256;
         for (int j = 0; j < 8; ++j) {
           const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + kQ8KQsAt + 32 * j));
@@ -176,26 +178,51 @@ PreparedTokens prepare_tokens(const TokenActs& acts, int64_t nb, uint8_t* mem) {
       } else {
         p.yd[c] = 0.0f;
         p.neg_yd[c] = 0.0f;
-        p.pairs[c] = _mm_setzero_si128();
       }
+      for (int q = 0; q < 4; ++q) p.pairs[(size_t(i) * 4 + q) * p.tpad + t] = words[q];
     }
   return p;
 }
 
-// Tokens t0 .. t0+G-1 (G = 1..4) against one unpacked row; result[g] is the reference dot.
+// The mins terms of Q4_K / Q5_K for every token of the call, tokens in the lanes (eight per
+// vector): imin for the sub-block pair q of token t is the int32 lane t of
+// madd([bsum pair words of t], [m[2q], m[2q+1]]). Per super-block in order, lane by lane:
+//   Q5_K: summs = fma(dm, float(sum over q of imin_q), summs)
+//   Q4_K: acc_m[q] = fma(dm, float(imin_q), acc_m[q]), then (m0 + m2) + (m1 + m3)
+// with dm = (-y.d) * f32(dmin): the reference's single roundings, token by token.
+template <KQuant K>
+void mins_terms(const UnpackedK* u, int64_t nb, const PreparedTokens& p, float* out) {
+  for (int t0 = 0; t0 < p.tpad; t0 += 8) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < nb; ++i) {
+      const int32_t* m = reinterpret_cast<const int32_t*>(&u[i].extra);  // m[2q] | m[2q+1] << 16
+      const int32_t* words = p.pairs + size_t(i) * 4 * p.tpad + t0;
+      const __m256 dm = _mm256_mul_ps(_mm256_loadu_ps(p.neg_yd + size_t(i) * p.tpad + t0), _mm256_broadcast_ss(&u[i].dmin));
+      __m256i imin[4];
+      for (int q = 0; q < 4; ++q)
+        imin[q] = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + q * p.tpad)),
+                                    _mm256_set1_epi32(m[q]));
+      if constexpr (K == KQuant::q5_K) {
+        const __m256i all = _mm256_add_epi32(_mm256_add_epi32(imin[0], imin[1]), _mm256_add_epi32(imin[2], imin[3]));
+        acc[0] = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(all), acc[0]);
+      } else {
+        for (int q = 0; q < 4; ++q) acc[q] = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(imin[q]), acc[q]);
+      }
+    }
+    const __m256 sum = K == KQuant::q5_K
+        ? acc[0]
+        : _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+    _mm256_storeu_ps(out + t0, sum);
+  }
+}
+
+// Tokens t0 .. t0+G-1 (G = 1..4) against one unpacked row: the main lanes, reduced.
 template <KQuant K, int G>
-void dot_unpacked(const UnpackedK* u, int64_t nb, const TokenActs& acts, const PreparedTokens& p, int t0,
-                  float* result) {
+void dot_unpacked(const UnpackedK* u, int64_t nb, const PreparedTokens& p, int t0, float* result) {
   const uint8_t* qs[G];
   for (int g = 0; g < G; ++g) qs[g] = p.qs + size_t(t0 + g) * nb * 256;
   __m256 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
-  // Q5_K: the four tokens' scalar mins sums in the lanes of one vector. Q4_K: each token's four
-  // mins lanes, two tokens per vector.
-  __m128 summs = _mm_setzero_ps();
-  __m256 acc_m[(G + 1) / 2];
-  for (int h = 0; h < (G + 1) / 2; ++h) acc_m[h] = _mm256_setzero_ps();
-
   for (int64_t i = 0; i < nb; ++i) {
     __m256i isum[G];
     for (int g = 0; g < G; ++g) isum[g] = _mm256_setzero_si256();
@@ -210,44 +237,15 @@ void dot_unpacked(const UnpackedK* u, int64_t nb, const TokenActs& acts, const P
         keep_in_register(isum[g]);
       }
     }
-    const size_t c = size_t(i) * p.tpad + t0;
+    const float* yd = p.yd + size_t(i) * p.tpad + t0;
     const __m256 d = _mm256_broadcast_ss(&u[i].d);
     for (int g = 0; g < G; ++g) {
       if constexpr (K == KQuant::q6_K) isum[g] = _mm256_sub_epi32(isum[g], u[i].extra);
-      const __m256 dq = _mm256_mul_ps(_mm256_broadcast_ss(&p.yd[c + g]), d);
+      const __m256 dq = _mm256_mul_ps(_mm256_broadcast_ss(yd + g), d);
       acc[g] = _mm256_fmadd_ps(dq, _mm256_cvtepi32_ps(isum[g]), acc[g]);
     }
-    if constexpr (K == KQuant::q5_K) {
-      // imin[t] = sum_j m[j] * pairs[t][j], four tokens: madd per two tokens, then two hadds leave
-      // [t0 t2 t0 t2 | t1 t3 t1 t3]; the permute puts them in token order.
-      const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);
-      const __m256i m01 = _mm256_madd_epi16(u[i].extra, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&p.pairs[c])));
-      const __m256i m23 = _mm256_madd_epi16(u[i].extra, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&p.pairs[c + 2])));
-      const __m256i h = _mm256_hadd_epi32(m01, m23);
-      const __m128i imin = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h, h), order));
-      const __m128 dm = _mm_mul_ps(_mm_loadu_ps(&p.neg_yd[c]), _mm_broadcast_ss(&u[i].dmin));
-      summs = _mm_fmadd_ps(dm, _mm_cvtepi32_ps(imin), summs);
-    } else if constexpr (K == KQuant::q4_K) {
-      const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-      const __m256 dmin = _mm256_broadcast_ss(&u[i].dmin);
-      for (int h = 0; h < (G + 1) / 2; ++h) {
-        const __m256i imin = _mm256_madd_epi16(u[i].extra, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&p.pairs[c + 2 * h])));
-        const __m256 neg = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadl_pi(_mm_setzero_ps(), reinterpret_cast<const __m64*>(&p.neg_yd[c + 2 * h]))), spread);
-        acc_m[h] = _mm256_fmadd_ps(_mm256_mul_ps(neg, dmin), _mm256_cvtepi32_ps(imin), acc_m[h]);
-      }
-    }
   }
-  alignas(16) float s[4];
-  _mm_store_ps(s, summs);
-  for (int g = 0; g < G; ++g) {
-    float r = reduce_lanes(acc[g]);
-    if constexpr (K == KQuant::q5_K) r += s[g];
-    if constexpr (K == KQuant::q4_K) {
-      const __m256 m = acc_m[g / 2];
-      r += reduce_lanes4(g % 2 ? _mm256_extractf128_ps(m, 1) : _mm256_castps256_ps128(m));
-    }
-    result[g] = r;
-  }
+  for (int g = 0; g < G; ++g) result[g] = reduce_lanes(acc[g]);
 }
 
 // The whole tile: rows unpacked one at a time, tokens in groups of four.
@@ -256,21 +254,25 @@ void kquant_tile(const HeadTile& tile, const TokenActs& acts, const RawOut& out,
   const int64_t nb = tile.hidden / 256;
   UnpackedK* u = static_cast<UnpackedK*>(scratch);
   const PreparedTokens p = prepare_tokens<K>(acts, nb, static_cast<uint8_t*>(scratch) + nb * sizeof(UnpackedK));
+  alignas(32) float mins[kMaxKernelTokens];
   for (int64_t r = 0; r < tile.count; ++r) {
     unpack_row<K>(tile.rows + r * tile.row_bytes, nb, u);
     // The tokens below take long enough for the next row to arrive from DRAM meanwhile; without
     // this the next unpack stalls on every line (a fifth of the batch path's time).
     prefetch_bytes(tile.rows + (r + 1) * tile.row_bytes, tile.row_bytes);
+    if constexpr (K != KQuant::q6_K) mins_terms<K>(u, nb, p, mins);
     for (int t0 = 0; t0 < acts.tokens; t0 += 4) {
       const int g = acts.tokens - t0 < 4 ? acts.tokens - t0 : 4;
       float result[4];
       switch (g) {
-        case 1: dot_unpacked<K, 1>(u, nb, acts, p, t0, result); break;
-        case 2: dot_unpacked<K, 2>(u, nb, acts, p, t0, result); break;
-        case 3: dot_unpacked<K, 3>(u, nb, acts, p, t0, result); break;
-        default: dot_unpacked<K, 4>(u, nb, acts, p, t0, result); break;
+        case 1: dot_unpacked<K, 1>(u, nb, p, t0, result); break;
+        case 2: dot_unpacked<K, 2>(u, nb, p, t0, result); break;
+        case 3: dot_unpacked<K, 3>(u, nb, p, t0, result); break;
+        default: dot_unpacked<K, 4>(u, nb, p, t0, result); break;
       }
-      for (int k = 0; k < g; ++k) out.data[size_t(t0 + k) * out.stride + r] = result[k];
+      // The reference's last addition: main lanes reduced, plus the mins term.
+      for (int k = 0; k < g; ++k)
+        out.data[size_t(t0 + k) * out.stride + r] = K == KQuant::q6_K ? result[k] : result[k] + mins[t0 + k];
     }
   }
 }
