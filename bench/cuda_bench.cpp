@@ -127,6 +127,22 @@ Timing time_forward(Backend& b, int T, int runs, const ForwardRequest& req) {
 
 }  // namespace
 
+// --profile MODE: six calls of one configuration, for ncu (mma1, mma16, gen1).
+int profile(const std::string& mode) {
+  Head q5 = make_head(TensorType::Q5_K, 1);
+  auto gpu = make_cuda_backend(q5.view, 1);
+  cuda::Tuning t;
+  t.use_mma = mode != "gen1";
+  cuda::set_tuning(*gpu, t);
+  const int T = mode == "mma16" ? 16 : 1;
+  const std::vector<float> hidden = make_hidden(T, 3);
+  ForwardRequest req;
+  ForwardOutput out;
+  for (int i = 0; i < 6; ++i) gpu->forward(hidden.data(), T, req, out);
+  std::printf("profile %s: argmax %d\n", mode.c_str(), out.summaries[0].argmax);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   std::string why;
@@ -134,9 +150,11 @@ int main(int argc, char** argv) {
     std::printf("no usable GPU: %s\n", why.c_str());
     return 1;
   }
+  if (argc > 2 && std::string(argv[1]) == "--profile") return profile(argv[2]);
   try {
     const double ceiling = measure_cuda_read_ceiling_gbps(uint64_t(4) << 30);
     std::printf("ceiling: read-only stream of 4 GiB: %.1f GB/s\n", ceiling);
+    std::printf("SM clock after the ceiling: %.0f MHz\n", cuda::measure_sm_clock_mhz());
     const int runs = quick ? 20 : 100;
 
     Head q5 = make_head(TensorType::Q5_K, 1);
@@ -167,31 +185,36 @@ int main(int argc, char** argv) {
     // Tuning sweep.
     struct Cfg { const char* name; cuda::Tuning t; };
     std::vector<Cfg> cfgs;
-    auto add = [&](const char* name, int warps, int stages, bool events, bool pdl, bool prefetch) {
+    auto add = [&](const char* name, int warps, bool events, bool pdl, bool prefetch) {
       cuda::Tuning t;
-      t.mma_warps = warps; t.mma_stages = stages; t.stage_events = events; t.pdl = pdl; t.prefetch_l2 = prefetch;
+      t.mma_warps = warps; t.stage_events = events; t.pdl = pdl; t.prefetch_l2 = prefetch;
       cfgs.push_back({name, t});
     };
-    add("w8 s6 events", 8, 6, true, false, false);
-    add("w8 s6 pdl", 8, 6, false, true, false);
-    add("w8 s6 pdl prefetch", 8, 6, false, true, true);
-    add("w8 s8 pdl", 8, 8, false, true, false);
-    add("w12 s6 pdl", 12, 6, false, true, false);
-    add("w16 s4 pdl", 16, 4, false, true, false);
-    add("w8 s8 events", 8, 8, true, false, false);
+    add("w8 events", 8, true, false, false);
+    add("w12 events", 12, true, false, false);
+    add("w16 events", 16, true, false, false);
+    add("w8 pdl", 8, false, true, false);
+    add("w12 pdl", 12, false, true, false);
+    add("w16 pdl", 16, false, true, false);
+    add("w12 pdl prefetch", 12, false, true, true);
     int best_cfg = 0;
     double best_score = 1e30;
     std::printf("\n-- tuning sweep (Q5_K q8 route, nodes cap, argmax; medians of %d calls) --\n", runs);
     for (size_t i = 0; i < cfgs.size(); ++i) {
-      cuda::set_tuning(*gpu, cfgs[i].t);
-      double score = 0;
-      for (int T : {1, 4, 16}) {
-        const Timing tm = time_forward(*gpu, T, runs, req);
-        std::printf("%-20s T=%-2d wall %.4f ms  gpu %.4f ms  head %.4f ms  ratio(wall) %.3f\n", cfgs[i].name, T,
-                    tm.wall_ms, tm.gpu_ms, tm.head_ms, bytes / (tm.wall_ms * 1e6) / ceiling);
-        score += tm.wall_ms;
+      try {
+        cuda::set_tuning(*gpu, cfgs[i].t);
+        double score = 0;
+        for (int T : {1, 4, 16}) {
+          const Timing tm = time_forward(*gpu, T, runs, req);
+          std::printf("%-20s T=%-2d wall %.4f ms  gpu %.4f ms  head %.4f ms  ratio(wall) %.3f\n", cfgs[i].name, T,
+                      tm.wall_ms, tm.gpu_ms, tm.head_ms, bytes / (tm.wall_ms * 1e6) / ceiling);
+          score += tm.wall_ms;
+        }
+        std::printf("%-20s SM clock right after: %.0f MHz\n", cfgs[i].name, cuda::measure_sm_clock_mhz());
+        if (score < best_score) { best_score = score; best_cfg = int(i); }
+      } catch (const std::exception& e) {
+        std::printf("%-20s failed: %s\n", cfgs[i].name, e.what());
       }
-      if (score < best_score) { best_score = score; best_cfg = int(i); }
     }
     {
       cuda::Tuning t;

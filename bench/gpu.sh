@@ -28,6 +28,22 @@ if [ ! -x "$BUILD/lmhead_tests" ] || [ ! -x "$BUILD/cuda_bench" ]; then
       "$BUILD/liblmhead_core.a" -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -o "$BUILD/cuda_bench" || exit 1
 fi
 
+if [ "${MODE:-full}" = "profile" ]; then
+  # Nsight Compute on the head kernels (clocks left as they are), then the benchmark.
+  for m in mma1 mma16 gen1; do
+    k=q5k_mma_kernel; [ $m = gen1 ] && k=generic_head_kernel
+    timeout 120 ncu --clock-control none -k regex:$k --launch-skip 5 --launch-count 1 --set full \
+      -o "/tmp/ncu_$m" -f "$BUILD/cuda_bench" --profile $m > /tmp/ncu_$m.log 2>&1
+    tail -3 /tmp/ncu_$m.log
+    ncu -i "/tmp/ncu_$m.ncu-rep" --page details >> "$OUT/ncu_details.txt" 2>&1
+  done
+  ncu -i /tmp/ncu_mma1.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_src_mma1.csv" 2>&1
+  ncu -i /tmp/ncu_gen1.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_src_gen1.csv" 2>&1
+  grep -E "SM Frequency|DRAM Throughput|Duration|Issue Slots Busy|No Eligible|Registers Per|Achieved Occupancy|Memory Throughput" "$OUT/ncu_details.txt"
+  timeout 200 "$BUILD/cuda_bench" --quick 2>&1 | tee "$OUT/bench.log"
+  exit 0
+fi
+
 step "GPU tests (fresh random inputs; seed printed on failure)"
 LMHEAD_CUDA_TANH_SWEEP=1 timeout 300 "$BUILD/lmhead_tests" --gtest_filter='Cuda*' 2>&1 | tee "$OUT/tests.log"
 TESTS_RC=$?
@@ -45,6 +61,15 @@ RACECHECK_RC=$?
 step "benchmark (Muse shape, synthesized in memory)"
 timeout 240 "$BUILD/cuda_bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
 BENCH_RC=$?
+
+if [ "${PROFILE_AFTER:-0}" = "1" ]; then
+  step "ncu on the tensor-core head, T=1"
+  timeout 120 ncu --clock-control none -k regex:q5k_mma_kernel --launch-skip 5 --launch-count 1 --set full \
+    -o /tmp/ncu_mma1 -f "$BUILD/cuda_bench" --profile mma1 > /tmp/ncu_mma1.log 2>&1
+  ncu -i /tmp/ncu_mma1.ncu-rep --page details > "$OUT/ncu_details.txt" 2>&1
+  ncu -i /tmp/ncu_mma1.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_src_mma1.csv" 2>&1
+  grep -E "SM Frequency|DRAM Throughput|Duration|Executed Ipc Active|No Eligible|Registers Per|Achieved Occupancy" "$OUT/ncu_details.txt"
+fi
 
 step "summary"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ info \]" "$OUT/tests.log" | head -30

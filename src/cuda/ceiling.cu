@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backend/backend.hpp"
+#include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_memory.hpp"
 
@@ -31,7 +32,26 @@ __global__ void read_stream_kernel(const uint4* __restrict__ src, size_t n16, un
   if (x == 0x9E3779B9u) sink[0] = x;  // practically never true; keeps every load alive
 }
 
+__global__ void clock_probe_kernel(unsigned long long ns, double* mhz) {
+  unsigned long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1)); } while (t1 - t0 < ns);
+  const long long c1 = clock64();
+  *mhz = double(c1 - c0) / double(t1 - t0) * 1e3;
+}
+
 }  // namespace
+
+double measure_sm_clock_mhz() {
+  DeviceArray<double> out(1);
+  clock_probe_kernel<<<1, 1>>>(200000ull, out.get());
+  CUDA_CHECK_LAUNCH("clock_probe_kernel");
+  double mhz = 0;
+  CUDA_CHECK(cudaMemcpy(&mhz, out.get(), sizeof mhz, cudaMemcpyDeviceToHost));
+  return mhz;
+}
+
 }  // namespace cuda
 
 double measure_cuda_read_ceiling_gbps(uint64_t bytes) {

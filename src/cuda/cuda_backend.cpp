@@ -42,9 +42,9 @@ struct Shape {
 
   std::string key(const Tuning& t) const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "T%d m%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d", T, mma, float_route,
-                  int(format), cap_mode, k, logprobs, logits, stages, t.use_mma, t.mma_warps, t.mma_stages, t.pdl,
-                  t.prefetch_l2, t.stage_events, t.force_sequential_norm);
+    std::snprintf(buf, sizeof buf, "T%d m%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d", T, mma, float_route,
+                  int(format), cap_mode, k, logprobs, logits, stages, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
+                  t.stage_events, t.force_sequential_norm);
     return buf;
   }
 };
@@ -75,6 +75,7 @@ class CudaBackend final : public Backend {
     act_qs_.reset(groups256 * kMaxTokens * kActPitch);
     act_d_.reset(size_t(H + 31) / 32 * kMaxTokens);
     act_bsp_.reset(groups256 * kMaxTokens * 4);
+    act_frag_.reset(groups256 * kMaxTokens * kFragPitch);
     act_f_.reset(groups256 * 256 * kMaxTokens);
     logits_store_.reset(size_t(V) * kMaxTokens + 2 * kGuard);
     CUDA_CHECK(cudaMemset(logits_store_.get(), 0xA5, logits_store_.bytes()));
@@ -110,13 +111,19 @@ class CudaBackend final : public Backend {
     last_ = CallInfo{};
     last_.kernel = shape.mma ? "q5k_mma" : "generic";
     last_.tokens = tokens;
+    // One graph replay per call, timed by events around it (and, with stage events, by event
+    // nodes between its stages). The first call of a shape runs directly (it also sets the
+    // kernels' attributes), then its graph is captured for the next calls.
     auto it = graphs_.find(key);
     if (tuning_.use_graph && it != graphs_.end()) {
+      record_event(0);
       CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+      record_event(4);
       last_.graph_replayed = true;
     } else {
-      record(shape);  // the first call of a shape runs directly (and sets kernel attributes)
-      if (tuning_.use_graph) capture(shape, key);
+      record_event(0);
+      record(shape);
+      record_event(4);
     }
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (int t = 0; t < tokens; ++t) last_.norm_path[t] = norm_path_.host()[t];
@@ -173,6 +180,8 @@ class CudaBackend final : public Backend {
       out.stages.capped = out.logits;
     }
     collect_times(shape, out.times);
+    // Captured only now: re-recording the events inside a capture would invalidate this call's.
+    if (tuning_.use_graph && !last_.graph_replayed) capture(shape, key);
   }
 
   Tuning tuning_;
@@ -206,7 +215,6 @@ class CudaBackend final : public Backend {
   MmaConfig mma_config() const {
     MmaConfig c;
     c.warps = tuning_.mma_warps;
-    c.stages = tuning_.mma_stages;
     c.pdl = tuning_.pdl && !tuning_.stage_events;
     c.prefetch_l2 = tuning_.prefetch_l2;
     return c;
@@ -283,10 +291,9 @@ class CudaBackend final : public Backend {
   }
 
   void record(const Shape& s) {
+    const bool stage_events = tuning_.stage_events;
     const int64_t H = head_.hidden, V = head_.vocab;
     const size_t TV = size_t(s.T) * size_t(V);
-    CUDA_CHECK(cudaEventRecord(events_[0], stream_));
-
     PrepParams pp;
     pp.hidden = hidden_.device();
     pp.gamma = gamma_.get();
@@ -298,11 +305,12 @@ class CudaBackend final : public Backend {
     pp.act_qs = act_qs_.get();
     pp.act_d = act_d_.get();
     pp.act_bsp = act_bsp_.get();
+    pp.act_frag = act_frag_.get();
     pp.act_f = act_f_.get();
     pp.normed_out = s.stages ? normed_.get() : nullptr;
     pp.norm_path = norm_path_.device();
     launch_prep(pp, stream_);
-    if (tuning_.stage_events) CUDA_CHECK(cudaEventRecord(events_[1], stream_));
+    if (stage_events) record_stage_event(1);
 
     HeadParams hp;
     hp.weights = weights_.get();
@@ -315,6 +323,7 @@ class CudaBackend final : public Backend {
     hp.act_qs = act_qs_.get();
     hp.act_d = act_d_.get();
     hp.act_bsp = act_bsp_.get();
+    hp.act_frag = act_frag_.get();
     hp.act_f = act_f_.get();
     const CapParams cp = cap_params(head_, s.cap_mode == kCapFused ? SoftcapRoute::fused : SoftcapRoute::nodes);
     hp.logit_scale = cp.logit_scale;
@@ -341,7 +350,7 @@ class CudaBackend final : public Backend {
         launch_generic_head(hp, head_.type, s.float_route, num_sms_, pdl && t0 == 0, stream_);
       }
     }
-    if (tuning_.stage_events) CUDA_CHECK(cudaEventRecord(events_[2], stream_));
+    if (stage_events) record_stage_event(2);
 
     if (s.k > 0 || s.logprobs) {
       SelectParams sp;
@@ -355,7 +364,7 @@ class CudaBackend final : public Backend {
       sp.chunk_sums = chunk_sums_.get();
       if (s.k > 0) launch_topk(sp, stream_);
       if (s.logprobs) launch_sum_exp(sp, stream_);
-      if (tuning_.stage_events) CUDA_CHECK(cudaEventRecord(events_[3], stream_));
+      if (stage_events) record_stage_event(3);
     }
     if (s.stages && s.cap_mode != kScaleOnly)
       launch_stage_nodes(raw_.get(), int(V), s.T, hp.logit_scale, hp.cap, hp.inv_cap, s.cap_mode, scaled_.get(),
@@ -379,7 +388,17 @@ class CudaBackend final : public Backend {
         d2h(h_tanh_.host(), tanh_.get(), TV * 4);
       }
     }
-    CUDA_CHECK(cudaEventRecord(events_[4], stream_));
+  }
+
+  void record_event(int i) { CUDA_CHECK(cudaEventRecord(events_[i], stream_)); }
+  // Inside a capture this becomes an event-record node of the graph, so replays time the stages.
+  void record_stage_event(int i) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
+    if (status == cudaStreamCaptureStatusActive)
+      CUDA_CHECK(cudaEventRecordWithFlags(events_[i], stream_, cudaEventRecordExternal));
+    else
+      CUDA_CHECK(cudaEventRecord(events_[i], stream_));
   }
 
   void capture(const Shape& s, const std::string& key) {
@@ -424,13 +443,21 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaEventElapsedTime(&ms, events_[a], events_[b]));
       return double(ms);
     };
+    bool stage_events = tuning_.stage_events;
+    if (stage_events) {
+      float probe = 0;
+      if (cudaEventElapsedTime(&probe, events_[0], events_[1]) != cudaSuccess) {
+        cudaGetLastError();
+        stage_events = false;  // this driver cannot time event nodes inside a replayed graph
+      }
+    }
     const bool copies = s.k > 0 || s.logprobs || s.logits || s.stages;
     const std::string head_label = s.mma ? "head+scale+cap+argmax (fused, int8 tensor cores)"
                                          : "head+scale+cap+argmax (fused, " +
                                                std::to_string((s.T + kGenericTokens - 1) / kGenericTokens) +
                                                " pass(es) of the generic kernel)";
-    if (!tuning_.stage_events) {
-      times.push_back({"norm+quantize+" + head_label + (copies ? "+select+download" : "") + " (one graph, no stage events)",
+    if (!stage_events) {
+      times.push_back({"norm+quantize+" + head_label + (copies ? "+select+download" : "") + " (one graph)",
                        elapsed(0, 4)});
       return;
     }
@@ -458,6 +485,7 @@ class CudaBackend final : public Backend {
   DeviceArray<int8_t> act_qs_;
   DeviceArray<float> act_d_;
   DeviceArray<uint32_t> act_bsp_;
+  DeviceArray<int8_t> act_frag_;
   DeviceArray<float> act_f_;
   DeviceArray<float> logits_store_, raw_, normed_, scaled_, div_, tanh_;
   float* logits_ = nullptr;  // logits_store_ past its leading guard band
@@ -487,10 +515,8 @@ void set_tuning(Backend& backend, const Tuning& tuning) {
   CudaBackend& c = as_cuda(backend);
   MmaConfig mc;
   mc.warps = tuning.mma_warps;
-  mc.stages = tuning.mma_stages;
   if (!q5k_mma_supported(mc))
-    throw Error("no MMA kernel is built for " + std::to_string(tuning.mma_warps) + " warps x " +
-                std::to_string(tuning.mma_stages) + " stages");
+    throw Error("no MMA kernel is built for " + std::to_string(tuning.mma_warps) + " warps per block");
   c.tuning_ = tuning;
 }
 Tuning get_tuning(Backend& backend) { return as_cuda(backend).tuning_; }

@@ -9,11 +9,10 @@ namespace lmhead::cuda {
 
 struct Tuning {
   bool use_mma = true;              // Q5_K q8 route on the tensor cores (else the generic kernel)
-  int mma_warps = 8;                // warps per block of the MMA kernel (8, 12, 16)
-  int mma_stages = 6;               // shared-memory ring depth per warp (6, 8 with 8 warps; 4 with 16)
+  int mma_warps = 12;               // warps per block of the MMA kernel (8, 12, 16; T > 8: 8 or 12)
   bool pdl = true;                  // programmatic dependent launch prep -> head (only without stage events)
   bool prefetch_l2 = false;         // bulk-prefetch each warp's first tile into L2 while the prep runs
-  bool stage_events = true;         // CUDA events between the stages (norm, head, select, download)
+  bool stage_events = true;         // CUDA event nodes between the stages (norm, head, select, download)
   bool use_graph = true;            // replay the call as a CUDA graph
   bool force_sequential_norm = false;  // test hook: RMSNorm always through the sequential double chain
   bool check_guards = false;        // test hook: verify the sentinel bands around the device logits
@@ -31,6 +30,9 @@ struct CallInfo {
 void set_tuning(Backend& backend, const Tuning& tuning);
 Tuning get_tuning(Backend& backend);
 CallInfo last_call(Backend& backend);
+
+// The SM clock as a kernel sees it (clock64 against the global nanosecond timer over 0.2 ms).
+double measure_sm_clock_mhz();
 
 // The portable tanh computed on the device for the f32 bit patterns [first, first + count).
 void tanh_sweep(uint64_t first, uint64_t count, uint32_t* host_out);

@@ -10,6 +10,7 @@
 namespace lmhead::cuda {
 
 [[noreturn]] inline void throw_cuda_error(cudaError_t err, const char* what, const char* file, int line) {
+  cudaGetLastError();  // clear the runtime's last-error slot so the next launch check reports its own error
   throw Error(std::string("CUDA error at ") + file + ":" + std::to_string(line) + ": " + what + ": " +
               cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }

@@ -44,12 +44,13 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\
 
 // ---- numerics ----------------------------------------------------------------------------------
 
-// f16 -> f32 exactly as quant::f16_to_f32 (the hardware conversion for every non-NaN input; NaN
-// keeps its payload as the host's F16C conversion does).
+// f16 -> f32 exactly as quant::f16_to_f32: the hardware conversion, except that a NaN keeps its
+// payload (quieted) as the host's F16C conversion does. Branch-free.
 __device__ __forceinline__ float f16_exact(uint32_t h16) {
   const uint32_t h = h16 & 0xFFFFu;
-  if ((h & 0x7C00u) == 0x7C00u && (h & 0x3FFu) != 0) return quant::f16_to_f32(uint16_t(h));
-  return __half2float(__ushort_as_half(uint16_t(h)));
+  const float hw = __half2float(__ushort_as_half(uint16_t(h)));
+  const uint32_t nan_bits = ((h & 0x8000u) << 16) | 0x7FC00000u | ((h & 0x3FFu) << 13);
+  return (h & 0x7FFFu) > 0x7C00u ? __uint_as_float(nan_bits) : hw;
 }
 
 // llama.cpp's nearest_int (numerics.md §4): round half to even through the 1.5 * 2^23 trick.

@@ -112,7 +112,9 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
   const size_t f_pitch = size_t(H + 255) / 256 * 256;
 
   int itile = blockIdx.x * NW + warp, ig = 0, issued = 0;
+  int next_tile = 0;  // lane 0: the tile after itile, requested when itile's first group is issued
   auto issue = [&]() {
+    if (ig == 0 && itile < ntiles && lane == 0) next_tile = int(atomicAdd(p.tile_counter, 1u)) + total_warps;
     const int slot = issued % S;
     if (lane == 0) {
       s_item_tile[warp][slot] = itile < ntiles ? itile : -1;
@@ -120,18 +122,28 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
     }
     if (itile < ntiles) {
       uint8_t* dst = stages + slot * STAGE;
-      const int64_t r0 = int64_t(itile) * 32;
-      for (int c = lane; c < 32 * CH; c += 32) {
-        const int row = c / CH, piece = c - row * CH;
-        int64_t r = r0 + row;
-        if (r >= V) r = V - 1;
-        cp_async16(dst + row * PITCH + piece * 16, p.weights + r * p.row_stride + int64_t(ig) * GB + piece * 16);
+      if ((itile + 1) * 32 <= V) {
+        // 32-bit offsets from the tile's first row: one 64-bit add per copy.
+        const uint8_t* base = p.weights + int64_t(itile) * 32 * p.row_stride + ig * GB;
+        const int stride = int(p.row_stride);
+#pragma unroll
+        for (int i = 0; i < CH; ++i) {
+          const int c = lane + 32 * i;
+          const int row = c / CH, piece = c - row * CH;
+          cp_async16(dst + row * PITCH + piece * 16, base + (row * stride + piece * 16));
+        }
+      } else {  // the last, partial tile: rows past the vocabulary repeat the last row
+        const int64_t r0 = int64_t(itile) * 32;
+        for (int c = lane; c < 32 * CH; c += 32) {
+          const int row = c / CH, piece = c - row * CH;
+          int64_t r = r0 + row;
+          if (r >= V) r = V - 1;
+          cp_async16(dst + row * PITCH + piece * 16, p.weights + r * p.row_stride + int64_t(ig) * GB + piece * 16);
+        }
       }
       if (++ig == G) {
         ig = 0;
-        int next = 0;
-        if (lane == 0) next = int(atomicAdd(p.tile_counter, 1u)) + total_warps;
-        itile = __shfl_sync(0xffffffffu, next, 0);
+        itile = __shfl_sync(0xffffffffu, next_tile, 0);
       }
     }
     cp_async_commit();

@@ -14,6 +14,8 @@ constexpr int kMaxTokens = 16;     // tokens per pass (the engine splits longer 
 constexpr int kMaxTied = 16;       // select::kMaxTiedIds
 constexpr int kActPitch = 272;     // bytes per token of one 256-element q8 group: 256 + 16 so that
                                    // 16-byte shared loads of neighbouring tokens hit distinct banks
+constexpr int kFragPitch = 320;    // bytes per token of one super-block's q8 in MMA B-fragment order:
+                                   // per q (0..3) 8 (lo, hi) word pairs + 16 B of padding
 constexpr int kSumExpChunk = 4096; // select::kSumExpChunk
 constexpr int kTopKChunk = 4096;   // ids per top-k chunk (sorted in shared memory)
 
@@ -51,6 +53,7 @@ struct PrepParams {
   int8_t* act_qs = nullptr;       // [ngroups][kMaxTokens][kActPitch]
   float* act_d = nullptr;         // q8_K: [H/256][kMaxTokens]; q8_0: [H/32][kMaxTokens] (f32 of the f16 d)
   uint32_t* act_bsp = nullptr;    // q8_K: [H/256][kMaxTokens][4] pairs of int16 sub-block sums
+  int8_t* act_frag = nullptr;     // q8_K: [H/256][kMaxTokens][kFragPitch] the same quants in B-fragment order
   float* act_f = nullptr;         // float formats: [T][H]
   float* normed_out = nullptr;    // optional [T][H] (stages)
   int32_t* norm_path = nullptr;   // [kMaxTokens]
@@ -69,6 +72,7 @@ struct HeadParams {
   const int8_t* act_qs = nullptr;
   const float* act_d = nullptr;
   const uint32_t* act_bsp = nullptr;
+  const int8_t* act_frag = nullptr;
   const float* act_f = nullptr;
   float logit_scale = 1, cap = 0, inv_cap = 0;
   int cap_mode = kScaleOnly;
@@ -83,8 +87,7 @@ struct HeadParams {
 };
 
 struct MmaConfig {
-  int warps = 8;
-  int stages = 6;
+  int warps = 12;   // 8, 12 or 16 warps per block (T > 8: 8 or 12); ring depth follows from it
   bool pdl = true;
   bool prefetch_l2 = false;
 };

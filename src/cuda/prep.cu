@@ -24,7 +24,8 @@ __device__ __forceinline__ double warp_sum_double(double v) {
 }
 
 // One 256-element Q8_K block, by one warp: lane l owns elements 8l .. 8l+7.
-__device__ void quantize_q8_K_block(const float* x, int8_t* qs_out, float* d_out, uint32_t* bsp_out) {
+__device__ void quantize_q8_K_block(const float* x, int8_t* qs_out, float* d_out, uint32_t* bsp_out,
+                                    int8_t* frag_out) {
   const int lane = threadIdx.x & 31;
   float v[8];
 #pragma unroll
@@ -59,6 +60,14 @@ __device__ void quantize_q8_K_block(const float* x, int8_t* qs_out, float* d_out
     d = __fdiv_rn(1.0f, iscale);
   }
   reinterpret_cast<uint2*>(qs_out)[lane] = make_uint2(w0, w1);
+  // B-fragment order for the tensor-core head: word m (elements 4m .. 4m+3) goes to q = (m % 32) / 8,
+  // pair k = m % 8, half m / 32 (elements below 128 are the "lo" word of the pair).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = 2 * lane + h;
+    const int off = ((m & 31) >> 3) * 80 + (m & 7) * 8 + (m >> 5) * 4;
+    *reinterpret_cast<uint32_t*>(frag_out + off) = h ? w1 : w0;
+  }
   // Sub-block sums (32 elements = lanes 4j .. 4j+3) equal bsums[2j] + bsums[2j+1] exactly.
   int s = lane_sum;
   s += __shfl_xor_sync(0xffffffffu, s, 1);
@@ -79,12 +88,25 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const float* x = p.hidden + size_t(t) * H;
 
-  double local = 0.0;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    const float v = x[i];
-    xs[i] = v;
-    local += double(__fmul_rn(v, v));
+  // The hidden state sits in mapped host memory: issue every load of the token before using any,
+  // so the block pays one PCIe round trip, not one per loop iteration.
+  constexpr int kBatch = 8;
+  for (int base = threadIdx.x; base < H; base += kBatch * blockDim.x) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * blockDim.x;
+      v[u] = i < H ? x[i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * blockDim.x;
+      if (i < H) xs[i] = v[u];
+    }
   }
+  __syncthreads();
+  double local = 0.0;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) local += double(__fmul_rn(xs[i], xs[i]));
   local = warp_sum_double(local);
   if (lane == 0) warp_sums[warp] = local;
   __syncthreads();
@@ -128,7 +150,8 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
       const int nb = H / 256;
       for (int b = warp; b < nb; b += nwarps)
         quantize_q8_K_block(xs + 256 * b, p.act_qs + (size_t(b) * kMaxTokens + t) * kActPitch,
-                            p.act_d + size_t(b) * kMaxTokens + t, p.act_bsp + (size_t(b) * kMaxTokens + t) * 4);
+                            p.act_d + size_t(b) * kMaxTokens + t, p.act_bsp + (size_t(b) * kMaxTokens + t) * 4,
+                            p.act_frag + (size_t(b) * kMaxTokens + t) * kFragPitch);
       break;
     }
     case ActFormat::q8_0: {

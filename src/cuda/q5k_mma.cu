@@ -3,20 +3,20 @@
 // Per super-block the reference needs, for every (row, token), eight lane sums
 //   isum[k] = sum_j sc[j] * sum_{b<4} q5[32j+4k+b] * q8[32j+4k+b]
 // and then the float chain acc[k] = fma(dq, float(isum[k]), acc[k]). One m16n8k32 MMA computes,
-// for tokens x rows, a dot over 32 K positions; choosing K = {32j + 4k + b : j < 8, b < 4} makes
+// for rows x tokens, a dot over 32 K positions; choosing K = {32j + 4k + b : j < 8, b < 4} makes
 // it produce exactly lane k's sum, if the 6-bit scale sc[j] is folded into the weights. sc * q5
 // does not fit a byte, so sc = 8 * s1 + s0 (s0, s1 < 8) and the weights go in as two u8 planes
-// q5 * s0 and q5 * s1 (each <= 217, and a 32-bit multiply of four packed bytes by s < 8 never
-// carries between bytes): isum = 8 * D1 + D0, exact. The accumulators start at the bits of
-// 1.5 * 2^23, so each D read as a float is 1.5 * 2^23 + D and two exact float operations give
-// float(isum) with no int-to-float conversion.
+// q5 * s0 and q5 * s1 (each <= 217; a 32-bit multiply of four packed bytes by s < 8 never carries
+// between bytes): isum = 8 * D1 + D0, exact. The accumulators start at the bits of 1.5 * 2^23, so
+// each D read as a float is 1.5 * 2^23 + D, and two exact float operations give float(isum) with
+// no int-to-float conversion.
 //
-// Layout: one persistent block per SM; each warp takes tiles of 8 rows (dynamic hand-out) and
+// Layout: one persistent block per SM; each warp takes tiles of 16 rows (dynamic hand-out) and
 // streams them super-block by super-block through its own ring of shared-memory stages with 16-byte
-// cp.async; the activations of all tokens sit in shared memory for the whole kernel. Tokens are
-// the MMA's M (16; rows 8..15 are empty for T <= 8), the tile's 8 rows its N. Thread (g, q) of the
-// warp holds D for tokens g, g+8 and rows 2q, 2q+1, and runs their float chains; the scale, soft
-// cap and argmax run in the tile's epilogue.
+// cp.async. The weights are the MMA's A (16 rows: no empty rows), the tokens its N (8 per MMA; a
+// second N tile for T > 8). The activations of all tokens sit in shared memory in B-fragment order
+// for the whole kernel. Thread (g, q) of a warp decodes rows g and g + 8, holds D for tokens 2q and
+// 2q + 1, and runs those float chains; the scale, soft cap and argmax run in the tile's epilogue.
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
@@ -25,26 +25,53 @@
 namespace lmhead::cuda {
 namespace {
 
-constexpr int kBlockBytes = 176;                    // Q5_K super-block
-constexpr int kTileRows = 8;
-constexpr int kStageBytes = kTileRows * kBlockBytes;  // 1408: one super-block of 8 rows
-constexpr int kStageChunks = kStageBytes / 16;        // 88
+constexpr int kBlockBytes = 176;                      // Q5_K super-block
+constexpr int kTileRows = 16;
+constexpr int kStageBytes = kTileRows * kBlockBytes;  // 2816: one super-block of 16 rows
+constexpr int kStageChunks = kStageBytes / 16;        // 176
+constexpr int kCopiesPerLane = (kStageChunks + 31) / 32;  // 6
 
-__device__ __forceinline__ void mma_s8u8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+__device__ __forceinline__ void mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
       : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(kMagicBits));
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(kMagicBits));
 }
 
 size_t act_smem_bytes(int groups, int mt) {
-  const size_t ts = size_t(8 * mt);
-  return size_t(groups) * ts * (kActPitch + 4 + 16);
+  return size_t(groups) * size_t(8 * mt) * (kFragPitch + 4 + 16);
 }
 size_t smem_bytes(int groups, int mt, int warps, int stages) {
   return act_smem_bytes(groups, mt) + size_t(warps) * stages * kStageBytes;
 }
 
-template <int MT, int NW, int S>
+// What the epilogue and the A fragments need from one row's super-block header.
+struct RowHeader {
+  float d, dmin;
+  uint32_t mlo, mhi;   // 6-bit mins m[0..3], m[4..7] as bytes
+  uint32_t sa0, sa1;   // sc[q] = 8 * sa1 + sa0
+  uint32_t sb0, sb1;   // sc[q + 4] = 8 * sb1 + sb0
+};
+
+__device__ __forceinline__ RowHeader row_header(const uint4& h, int q) {
+  RowHeader r;
+  r.d = f16_exact(h.x);
+  r.dmin = f16_exact(h.x >> 16);
+  r.mlo = h.z & 0x3F3F3F3Fu;
+  r.mhi = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+  const uint32_t scales_q = (h.y >> (8 * q)) & 0xFFu;                            // scales[q]
+  const uint32_t sc_a = scales_q & 63u;                                          // sc[q]
+  const uint32_t sc_b = ((h.w >> (8 * q)) & 0x0Fu) | ((scales_q >> 2) & 0x30u);  // sc[q + 4]
+  r.sa0 = sc_a & 7u;
+  r.sa1 = sc_a >> 3;
+  r.sb0 = sc_b & 7u;
+  r.sb1 = sc_b >> 3;
+  return r;
+}
+
+// MT: N tiles of 8 tokens (1 for T <= 8, 2 above). CT: token columns per lane that can be valid
+// (1 when T == 1, else 2).
+template <int MT, int CT, int NW, int S>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p) {
   static_assert(S >= 2, "at least double buffering");
   constexpr int TS = 8 * MT;  // token slots in shared memory
@@ -55,9 +82,9 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
   __shared__ int s_item_sb[NW][S];
 
   const int G = p.groups;
-  int8_t* s_qs = reinterpret_cast<int8_t*>(smem);
-  float* s_d = reinterpret_cast<float*>(smem + size_t(G) * TS * kActPitch);
-  uint32_t* s_bsp = reinterpret_cast<uint32_t*>(s_d + G * TS);
+  uint8_t* s_frag = smem;                                                            // [G][TS][kFragPitch]
+  float* s_yd = reinterpret_cast<float*>(smem + size_t(G) * TS * kFragPitch);        // [G][TS]
+  uint32_t* s_bsp = reinterpret_cast<uint32_t*>(s_yd + G * TS);                      // [G][TS][4]
   uint8_t* s_stage = reinterpret_cast<uint8_t*>(s_bsp + G * TS * 4);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -67,8 +94,19 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
   const int total_warps = gridDim.x * NW;
   uint8_t* stages = s_stage + warp * (S * kStageBytes);
 
+  // This lane's share of a stage: chunks lane + 32 i (row (lane + 32 i) / 11), as byte offsets
+  // from the tile's first row, fixed for the whole kernel.
+  int src_off[kCopiesPerLane];
+#pragma unroll
+  for (int i = 0; i < kCopiesPerLane; ++i) {
+    const int c = lane + 32 * i;
+    const int row = c / 11, piece = c - 11 * row;
+    src_off[i] = int(row * p.row_stride) + piece * 16;
+  }
+
   // ---- weight stream: items (tile, super-block) in order, S - 1 ahead of the compute ----
   int itile = blockIdx.x * NW + warp, isb = 0, issued = 0;
+  int next_tile = 0;  // lane 0: the tile after itile, requested when itile's first item is issued
   auto issue = [&]() {
     const int slot = issued % S;
     if (lane == 0) {
@@ -76,20 +114,23 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
       s_item_sb[warp][slot] = isb;
     }
     if (itile < ntiles) {
+      if (isb == 0 && lane == 0) next_tile = int(atomicAdd(p.tile_counter, 1u)) + total_warps;
       uint8_t* dst = stages + slot * kStageBytes;
-      const int64_t r0 = int64_t(itile) * kTileRows;
-      for (int c = lane; c < kStageChunks; c += 32) {
-        const int row = c / 11, piece = c - row * 11;
-        int64_t r = r0 + row;
-        if (r >= V) r = V - 1;
-        cp_async16(dst + row * kBlockBytes + piece * 16,
-                   p.weights + r * p.row_stride + int64_t(isb) * kBlockBytes + piece * 16);
+      if ((itile + 1) * kTileRows <= V) {
+        const uint8_t* base = p.weights + int64_t(itile) * kTileRows * p.row_stride + isb * kBlockBytes;
+#pragma unroll
+        for (int i = 0; i < kCopiesPerLane; ++i)
+          if (lane + 32 * i < kStageChunks) cp_async16(dst + 16 * (lane + 32 * i), base + src_off[i]);
+      } else {  // the last, partial tile: rows past the vocabulary repeat the last row
+        for (int c = lane; c < kStageChunks; c += 32) {
+          const int row = c / 11, piece = c - 11 * row;
+          const int64_t r = min(int64_t(itile) * kTileRows + row, int64_t(V) - 1);
+          cp_async16(dst + 16 * c, p.weights + r * p.row_stride + isb * kBlockBytes + piece * 16);
+        }
       }
       if (++isb == G) {
         isb = 0;
-        int next = 0;
-        if (lane == 0) next = int(atomicAdd(p.tile_counter, 1u)) + total_warps;
-        itile = __shfl_sync(0xffffffffu, next, 0);
+        itile = __shfl_sync(0xffffffffu, next_tile, 0);
       }
     }
     cp_async_commit();
@@ -105,32 +146,37 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
   // ---- activations: wait for the prep kernel, then keep every token's q8 in shared memory ----
   pdl_wait();
   {
-    const int qs_chunks = G * TS * 16;  // 16 chunks of 16 B per (group, token)
-    for (int i = threadIdx.x; i < qs_chunks; i += blockDim.x) {
-      const int c = i & 15, gt = i >> 4, gi = gt / TS, t = gt - gi * TS;
-      *reinterpret_cast<uint4*>(s_qs + (size_t(gi) * TS + t) * kActPitch + 16 * c) =
-          *reinterpret_cast<const uint4*>(p.act_qs + (size_t(gi) * kMaxTokens + t) * kActPitch + 16 * c);
+    constexpr int kChunksPerToken = kFragPitch / 16;  // 20
+    const int frag_chunks = G * TS * kChunksPerToken;
+    for (int i = threadIdx.x; i < frag_chunks; i += blockDim.x) {
+      const int c = i % kChunksPerToken, gt = i / kChunksPerToken, gi = gt / TS, t = gt - gi * TS;
+      *reinterpret_cast<uint4*>(s_frag + (size_t(gi) * TS + t) * kFragPitch + 16 * c) =
+          *reinterpret_cast<const uint4*>(p.act_frag + (size_t(gi) * kMaxTokens + t) * kFragPitch + 16 * c);
     }
     for (int i = threadIdx.x; i < G * TS; i += blockDim.x) {
       const int gi = i / TS, t = i - gi * TS;
-      s_d[i] = p.act_d[size_t(gi) * kMaxTokens + t];
+      s_yd[i] = p.act_d[size_t(gi) * kMaxTokens + t];
       *reinterpret_cast<uint4*>(s_bsp + 4 * i) =
           *reinterpret_cast<const uint4*>(p.act_bsp + (size_t(gi) * kMaxTokens + t) * 4);
     }
   }
   __syncthreads();
 
-  PartialBest best[MT];
+  PartialBest best[MT][CT];
+  float acc[MT][CT][2][8];
+  float summs[MT][CT][2];
 #pragma unroll
-  for (int m = 0; m < MT; ++m) best[m] = best_empty();
-  float acc[2 * MT][8];
-  float summs[2 * MT];
+  for (int nt = 0; nt < MT; ++nt)
 #pragma unroll
-  for (int pr = 0; pr < 2 * MT; ++pr) {
-    summs[pr] = 0.0f;
+    for (int c = 0; c < CT; ++c) {
+      best[nt][c] = best_empty();
 #pragma unroll
-    for (int k = 0; k < 8; ++k) acc[pr][k] = 0.0f;
-  }
+      for (int rr = 0; rr < 2; ++rr) {
+        summs[nt][c][rr] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[nt][c][rr][k] = 0.0f;
+      }
+    }
 
   const int p0 = q >> 1;         // qs 32-byte half-row of sub-block q (and q + 4 at p0 + 2)
   const int nib = (q & 1) * 4;   // low or high nibbles
@@ -144,100 +190,123 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
     if (tile < 0) break;
     const uint8_t* st = stages + slot * kStageBytes;
 
-    // Epilogue rows 2q, 2q+1: d, dmin and the 6-bit mins; the mins' float chain first.
-    float dq[2 * MT];
-    {
-      const uint4 hr[2] = {lds128(st + (2 * q) * kBlockBytes), lds128(st + (2 * q + 1) * kBlockBytes)};
+    // Rows g and g + 8: header, high bits, and the qs halves of sub-blocks q and q + 4.
+    RowHeader rh[2];
+    uint4 qh[2][2], qa[2][2], qb[2][2];
 #pragma unroll
-      for (int pr = 0; pr < 2 * MT; ++pr) {
-        const uint4 h = hr[pr & 1];
-        const int tok = g + 8 * (pr >> 1);
-        const float yd = s_d[sb * TS + tok];
-        dq[pr] = __fmul_rn(yd, f16_exact(h.x));
-        const float dm = __fmul_rn(-yd, f16_exact(h.x >> 16));
-        const uint32_t mlo = h.z & 0x3F3F3F3Fu;
-        const uint32_t mhi = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
-        const uint4 bs = lds128(s_bsp + 4 * (sb * TS + tok));
-        int im = __dp2a_lo(int(bs.x), int(mlo), kMagicBits);
-        im = __dp2a_hi(int(bs.y), int(mlo), im);
-        im = __dp2a_lo(int(bs.z), int(mhi), im);
-        im = __dp2a_hi(int(bs.w), int(mhi), im);
-        summs[pr] = __fmaf_rn(dm, __fsub_rn(__int_as_float(im), kMagic), summs[pr]);
-      }
+    for (int rr = 0; rr < 2; ++rr) {
+      const uint8_t* rb = st + (g + 8 * rr) * kBlockBytes;
+      rh[rr] = row_header(lds128(rb), q);
+      qh[rr][0] = lds128(rb + 16);
+      qh[rr][1] = lds128(rb + 32);
+      qa[rr][0] = lds128(rb + 48 + 32 * p0);
+      qa[rr][1] = lds128(rb + 48 + 32 * p0 + 16);
+      qb[rr][0] = lds128(rb + 48 + 32 * (p0 + 2));
+      qb[rr][1] = lds128(rb + 48 + 32 * (p0 + 2) + 16);
     }
 
-    // B fragments come from row g: sub-blocks q and q + 4.
-    const uint8_t* rg = st + g * kBlockBytes;
-    const uint4 hg = lds128(rg);
-    const uint4 qh[2] = {lds128(rg + 16), lds128(rg + 32)};
-    const uint4 qa[2] = {lds128(rg + 48 + 32 * p0), lds128(rg + 48 + 32 * p0 + 16)};
-    const uint4 qb[2] = {lds128(rg + 48 + 32 * (p0 + 2)), lds128(rg + 48 + 32 * (p0 + 2) + 16)};
-    const uint32_t scales_q = (hg.y >> (8 * q)) & 0xFFu;                                // scales[q]
-    const uint32_t sc_a = scales_q & 63u;                                               // sc[q]
-    const uint32_t sc_b = ((hg.w >> (8 * q)) & 0x0Fu) | ((scales_q >> 2) & 0x30u);      // sc[q + 4]
-    const uint32_t s0a = sc_a & 7u, s1a = sc_a >> 3, s0b = sc_b & 7u, s1b = sc_b >> 3;
+    // Mins and multipliers of the (row, token) pairs this lane owns: tokens 2q + c (+ 8).
+    float dq[MT][CT][2];
+#pragma unroll
+    for (int nt = 0; nt < MT; ++nt)
+#pragma unroll
+      for (int c = 0; c < CT; ++c) {
+        const int tok = 2 * q + c + 8 * nt;
+        const float yd = s_yd[sb * TS + tok];
+        const uint4 bs = lds128(s_bsp + 4 * (sb * TS + tok));
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          dq[nt][c][rr] = __fmul_rn(yd, rh[rr].d);
+          const float dm = __fmul_rn(-yd, rh[rr].dmin);
+          int im = __dp2a_lo(int(bs.x), int(rh[rr].mlo), kMagicBits);
+          im = __dp2a_hi(int(bs.y), int(rh[rr].mlo), im);
+          im = __dp2a_lo(int(bs.z), int(rh[rr].mhi), im);
+          im = __dp2a_hi(int(bs.w), int(rh[rr].mhi), im);
+          summs[nt][c][rr] = __fmaf_rn(dm, __fsub_rn(__int_as_float(im), kMagic), summs[nt][c][rr]);
+        }
+      }
 
-    // A fragments: token g (and g + 8), elements 32q + 4k.. and 128 + 32q + 4k..
-    const int8_t* ag = s_qs + (size_t(sb) * TS + g) * kActPitch;
-    const uint4 a_lo[2] = {lds128(ag + 32 * q), lds128(ag + 32 * q + 16)};
-    const uint4 a_hi[2] = {lds128(ag + 128 + 32 * q), lds128(ag + 128 + 32 * q + 16)};
-    uint4 a8_lo[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-    uint4 a8_hi[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-    if constexpr (MT == 2) {
-      const int8_t* ag8 = ag + 8 * kActPitch;
-      a8_lo[0] = lds128(ag8 + 32 * q);
-      a8_lo[1] = lds128(ag8 + 32 * q + 16);
-      a8_hi[0] = lds128(ag8 + 128 + 32 * q);
-      a8_hi[1] = lds128(ag8 + 128 + 32 * q + 16);
+    // B fragments of token g (+ 8): (lo, hi) word pairs for k = 0..7.
+    uint4 bq[MT][4];
+#pragma unroll
+    for (int nt = 0; nt < MT; ++nt) {
+      const uint8_t* fb = s_frag + (size_t(sb) * TS + g + 8 * nt) * kFragPitch + q * 80;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(fb + 16 * i);
     }
 
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const uint32_t tq = word_of(qh[k >> 2], k & 3) >> q;
-      const uint32_t q5a = ((word_of(qa[k >> 2], k & 3) >> nib) & 0x0F0F0F0Fu) | ((tq << 4) & 0x10101010u);
-      const uint32_t q5b = ((word_of(qb[k >> 2], k & 3) >> nib) & 0x0F0F0F0Fu) | (tq & 0x10101010u);
-      const uint32_t a[4] = {word_of(a_lo[k >> 2], k & 3), word_of(a8_lo[k >> 2], k & 3),
-                             word_of(a_hi[k >> 2], k & 3), word_of(a8_hi[k >> 2], k & 3)};
-      int d1[4], d0[4];
-      mma_s8u8(d1, a, q5a * s1a, q5b * s1b);
-      mma_s8u8(d0, a, q5a * s0a, q5b * s0b);
+      uint32_t q5a[2], q5b[2];
 #pragma unroll
-      for (int pr = 0; pr < 2 * MT; ++pr) {
-        // (8 * (M + D1) - 9M) is exact (a multiple of 8 below 2^25); adding M + D0 gives 8 D1 + D0.
-        const float u = __fmaf_rn(8.0f, __int_as_float(d1[pr]), -9.0f * kMagic);
-        const float isum = __fadd_rn(u, __int_as_float(d0[pr]));
-        acc[pr][k] = __fmaf_rn(dq[pr], isum, acc[pr][k]);
+      for (int rr = 0; rr < 2; ++rr) {
+        const uint32_t tq = word_of(qh[rr][k >> 2], k & 3) >> q;
+        q5a[rr] = ((word_of(qa[rr][k >> 2], k & 3) >> nib) & 0x0F0F0F0Fu) | ((tq << 4) & 0x10101010u);
+        q5b[rr] = ((word_of(qb[rr][k >> 2], k & 3) >> nib) & 0x0F0F0F0Fu) | (tq & 0x10101010u);
+      }
+      const uint32_t a1_0 = q5a[0] * rh[0].sa1, a1_1 = q5a[1] * rh[1].sa1;
+      const uint32_t a1_2 = q5b[0] * rh[0].sb1, a1_3 = q5b[1] * rh[1].sb1;
+      const uint32_t a0_0 = q5a[0] * rh[0].sa0, a0_1 = q5a[1] * rh[1].sa0;
+      const uint32_t a0_2 = q5b[0] * rh[0].sb0, a0_3 = q5b[1] * rh[1].sb0;
+#pragma unroll
+      for (int nt = 0; nt < MT; ++nt) {
+        const uint32_t b0 = word_of(bq[nt][k >> 1], 2 * (k & 1)), b1 = word_of(bq[nt][k >> 1], 2 * (k & 1) + 1);
+        int d1[4], d0[4];
+        mma_u8s8(d1, a1_0, a1_1, a1_2, a1_3, b0, b1);
+        mma_u8s8(d0, a0_0, a0_1, a0_2, a0_3, b0, b1);
+        // d[2 rr + c]: row g + 8 rr, token 2q + c.
+#pragma unroll
+        for (int c = 0; c < CT; ++c)
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            // (8 * (M + D1) - 9M) is exact (a multiple of 8 below 2^25); adding M + D0 gives 8 D1 + D0.
+            const float u = __fmaf_rn(8.0f, __int_as_float(d1[2 * rr + c]), -9.0f * kMagic);
+            const float isum = __fadd_rn(u, __int_as_float(d0[2 * rr + c]));
+            acc[nt][c][rr][k] = __fmaf_rn(dq[nt][c][rr], isum, acc[nt][c][rr][k]);
+          }
       }
     }
     __syncwarp();
 
     if (sb == G - 1) {
 #pragma unroll
-      for (int pr = 0; pr < 2 * MT; ++pr) {
-        const float raw = __fadd_rn(reduce_lanes(acc[pr]), summs[pr]);
-        const int row = tile * kTileRows + 2 * q + (pr & 1);
-        const int tok = g + 8 * (pr >> 1);
-        if (row < V && tok < p.T) {
-          const float capped = apply_cap(raw, p);
-          p.logits[size_t(tok) * V + row] = capped;
-          if (p.raw) p.raw[size_t(tok) * V + row] = raw;
-          best[pr >> 1] = best_merge(best[pr >> 1], best_single(capped, row));
-        }
-        summs[pr] = 0.0f;
+      for (int nt = 0; nt < MT; ++nt)
 #pragma unroll
-        for (int k = 0; k < 8; ++k) acc[pr][k] = 0.0f;
-      }
+        for (int c = 0; c < CT; ++c)
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            const float raw = __fadd_rn(reduce_lanes(acc[nt][c][rr]), summs[nt][c][rr]);
+            const int row = tile * kTileRows + g + 8 * rr;
+            const int tok = 2 * q + c + 8 * nt;
+            if (row < V && tok < p.T) {
+              const float capped = apply_cap(raw, p);
+              p.logits[size_t(tok) * V + row] = capped;
+              if (p.raw) p.raw[size_t(tok) * V + row] = raw;
+              best[nt][c] = best_merge(best[nt][c], best_single(capped, row));
+            }
+            summs[nt][c][rr] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc[nt][c][rr][k] = 0.0f;
+          }
     }
     slot = slot + 1 == S ? 0 : slot + 1;
   }
   cp_async_wait_all();
 
-  // ---- argmax: lanes of one token group, then warps, then blocks (last block finalizes) ----
+  // ---- argmax: lanes of one token column (same q), then warps, then blocks ----
 #pragma unroll
-  for (int m = 0; m < MT; ++m) {
-    best[m] = best_merge(best[m], best_shfl_xor(best[m], 1));
-    best[m] = best_merge(best[m], best_shfl_xor(best[m], 2));
-    if (q == 0) s_best[warp][g + 8 * m] = best[m];
+  for (int nt = 0; nt < MT; ++nt)
+#pragma unroll
+    for (int c = 0; c < CT; ++c) {
+      PartialBest b = best[nt][c];
+      b = best_merge(b, best_shfl_xor(b, 4));
+      b = best_merge(b, best_shfl_xor(b, 8));
+      b = best_merge(b, best_shfl_xor(b, 16));
+      if (g == 0) s_best[warp][2 * q + c + 8 * nt] = b;
+    }
+  if (CT == 1 && g == 0) {  // columns 2q + 1 hold no valid token when T == 1
+#pragma unroll
+    for (int nt = 0; nt < MT; ++nt) s_best[warp][2 * q + 1 + 8 * nt] = best_empty();
   }
   __syncthreads();
   if (threadIdx.x < TS) {
@@ -249,12 +318,11 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
   publish_and_finalize(p, s_cta);
 }
 
-template <int MT, int NW, int S>
+template <int MT, int CT, int NW, int S>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  auto kernel = q5k_mma_kernel<MT, NW, S>;
+  auto kernel = q5k_mma_kernel<MT, CT, NW, S>;
   const size_t smem = smem_bytes(p.groups, MT, NW, S);
-  // Raised once to the most any head can ask for (never during a graph capture: the first call of
-  // every shape runs uncaptured).
+  // Raised once to the most any head can ask for (the first call of every shape runs uncaptured).
   static bool configured = false;
   if (!configured) {
     int optin = 0;
@@ -275,31 +343,42 @@ void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stre
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
-template <int MT>
-bool dispatch(const HeadParams& p, const MmaConfig& c, int num_sms, cudaStream_t stream) {
-  if (c.warps == 8 && c.stages == 6) { launch_config<MT, 8, 6>(p, c.pdl, num_sms, stream); return true; }
-  if (c.warps == 8 && c.stages == 8) { launch_config<MT, 8, 8>(p, c.pdl, num_sms, stream); return true; }
-  if (c.warps == 12 && c.stages == 6) { launch_config<MT, 12, 6>(p, c.pdl, num_sms, stream); return true; }
-  if (c.warps == 16 && c.stages == 4) { launch_config<MT, 16, 4>(p, c.pdl, num_sms, stream); return true; }
-  return false;
+// The kernels built: T <= 8 with 8 / 12 / 16 warps (ring depth 4 / 3 / 3), T > 8 with 8 / 12
+// warps (3 / 2): what fits next to the activations in 227 KB of shared memory.
+struct Built { int warps, stages; };
+constexpr Built kOneTile[] = {{8, 4}, {12, 3}, {16, 3}};
+constexpr Built kTwoTiles[] = {{8, 3}, {12, 2}};
+
+Built pick(int tokens, int warps) {
+  if (tokens > 8) return warps >= 12 ? kTwoTiles[1] : kTwoTiles[0];
+  for (const Built& b : kOneTile)
+    if (b.warps == warps) return b;
+  return kOneTile[1];
 }
 
 }  // namespace
 
-bool q5k_mma_supported(const MmaConfig& c) {
-  return (c.warps == 8 && (c.stages == 6 || c.stages == 8)) || (c.warps == 12 && c.stages == 6) ||
-         (c.warps == 16 && c.stages == 4);
-}
+bool q5k_mma_supported(const MmaConfig& c) { return c.warps == 8 || c.warps == 12 || c.warps == 16; }
 
 size_t q5k_mma_smem(int groups, int tokens, const MmaConfig& c) {
-  return smem_bytes(groups, tokens > 8 ? 2 : 1, c.warps, c.stages);
+  const Built b = pick(tokens, c.warps);
+  return smem_bytes(groups, tokens > 8 ? 2 : 1, b.warps, b.stages);
 }
 
 void launch_q5k_mma(const HeadParams& p, const MmaConfig& c, int num_sms, cudaStream_t stream) {
-  const bool ok = p.T > 8 ? dispatch<2>(p, c, num_sms, stream) : dispatch<1>(p, c, num_sms, stream);
-  if (!ok)
-    throw Error("q5k_mma: no kernel built for " + std::to_string(c.warps) + " warps x " + std::to_string(c.stages) +
-                " stages");
+  const Built b = pick(p.T, c.warps);
+  if (p.T > 8) {
+    if (b.warps == 8) return launch_config<2, 2, 8, 3>(p, c.pdl, num_sms, stream);
+    return launch_config<2, 2, 12, 2>(p, c.pdl, num_sms, stream);
+  }
+  if (p.T == 1) {
+    if (b.warps == 8) return launch_config<1, 1, 8, 4>(p, c.pdl, num_sms, stream);
+    if (b.warps == 12) return launch_config<1, 1, 12, 3>(p, c.pdl, num_sms, stream);
+    return launch_config<1, 1, 16, 3>(p, c.pdl, num_sms, stream);
+  }
+  if (b.warps == 8) return launch_config<1, 2, 8, 4>(p, c.pdl, num_sms, stream);
+  if (b.warps == 12) return launch_config<1, 2, 12, 3>(p, c.pdl, num_sms, stream);
+  return launch_config<1, 2, 16, 3>(p, c.pdl, num_sms, stream);
 }
 
 }  // namespace lmhead::cuda
