@@ -215,20 +215,27 @@ TEST(CpuBackend, BatchInvariance) {
   }
 }
 
-TEST(CpuBackend, ScalarFallbackMatchesToo) {
-  // The kernels a CPU without AVX2 would run, forced here, give the same bytes as the SIMD ones.
+TEST(CpuBackend, LowerInstructionSetsMatchToo) {
+  // The kernels a CPU without AVX-512 or without AVX2 would run, forced here, give the same bytes.
   const TestHead head = make_head(TensorType::Q5_K, 301, 512, 20.0f, 3);
   const std::vector<float> hidden = random_hidden(3, 512, 4);
   const KernelSet plain = kernels_for(TensorType::Q5_K, Isa::scalar);
   EXPECT_EQ(plain.q8_isa, Isa::scalar);
   EXPECT_EQ(plain.f32_isa, Isa::scalar);
-  for (ActivationRoute route : {ActivationRoute::q8, ActivationRoute::f32}) {
-    ForwardRequest req = full_request(route, SoftcapRoute::nodes, 2);
-    ForwardOutput simd, portable;
-    make_cpu_backend(head.view, 2)->forward(hidden.data(), 3, req, simd);
-    make_cpu_backend_limited(head.view, 2, Isa::scalar)->forward(hidden.data(), 3, req, portable);
-    expect_same_outputs(portable, simd, req);
-  }
+  // Every lower level this CPU can run (AVX2 below AVX-512, scalar below both) against the best.
+  for (ActivationRoute route : {ActivationRoute::q8, ActivationRoute::f32})
+    for (int tokens : {1, 3}) {
+      ForwardRequest req = full_request(route, SoftcapRoute::nodes, 2);
+      ForwardOutput best;
+      make_cpu_backend(head.view, 2)->forward(hidden.data(), tokens, req, best);
+      for (Isa limit : {Isa::scalar, Isa::avx2}) {
+        if (!cpu_supports(limit)) continue;
+        SCOPED_TRACE(std::string("limited to ") + isa_name(limit));
+        ForwardOutput lower;
+        make_cpu_backend_limited(head.view, 2, limit)->forward(hidden.data(), tokens, req, lower);
+        expect_same_outputs(lower, best, req);
+      }
+    }
 }
 
 TEST(CpuThreadPool, RunsEveryWorkerOncePerCallAndRethrows) {

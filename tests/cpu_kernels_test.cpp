@@ -51,9 +51,21 @@ std::string describe(const KernelCase& c) {
          std::to_string(c.tokens);
 }
 
-// Runs the best kernel for the case and compares every output with the reference dot.
+// Runs the kernels of every instruction-set level this CPU has (each level's own entry) and
+// compares every output with the reference dot.
+void check_kernel_at(const KernelCase& c, uint64_t seed, Isa isa);
 void check_kernel(const KernelCase& c, uint64_t seed) {
-  SCOPED_TRACE(describe(c));
+  for (Isa isa : {Isa::avx2, Isa::avx512}) {
+    if (!cpu_supports(isa)) continue;
+    const KernelSet ks = kernels_for(c.type, isa);
+    const Isa used = c.route == ActivationRoute::q8 ? ks.q8_isa : ks.f32_isa;
+    if (used != isa) continue;  // this level has no kernel of its own here: checked at its own level
+    check_kernel_at(c, seed, isa);
+  }
+}
+
+void check_kernel_at(const KernelCase& c, uint64_t seed, Isa isa) {
+  SCOPED_TRACE(describe(c) + " " + isa_name(isa));
   std::mt19937 rng{uint32_t(seed)};
   const uint64_t row_bytes = row_bytes_of(c.type, c.hidden);
   // The weights start one byte past an aligned address: kernels must not assume alignment of rows.
@@ -81,7 +93,7 @@ void check_kernel(const KernelCase& c, uint64_t seed) {
   for (float& v : out) std::memcpy(&v, &kSentinel, 4);
   float* out0 = out.data() + 3;
 
-  const KernelSet ks = kernels_for(c.type, detect_isa());
+  const KernelSet ks = kernels_for(c.type, isa);
   AlignedScratch scratch(kernel_scratch_bytes(c.hidden));
   const TileKernel kernel = q8 ? ks.q8 : ks.f32;
   ASSERT_NE(kernel, nullptr);

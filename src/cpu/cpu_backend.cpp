@@ -69,7 +69,7 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend(const HeadView& head, int threads, Isa isa)
       : head_(head), pool_(threads), kernels_(kernels_for(head.type, isa)),
-        epilogue_isa_(isa == Isa::scalar ? Isa::scalar : detect_isa()) {
+        epilogue_isa_(isa == Isa::scalar || !cpu_supports(Isa::avx2) ? Isa::scalar : Isa::avx2) {
     if (kernels_.q8 == nullptr || kernels_.f32 == nullptr)
       throw Error("cpu backend: head type " + std::string(tensor_type_name(head.type)) + " has no kernel");
     workers_.resize(pool_.size());
@@ -253,7 +253,7 @@ double measure_cpu_read_ceiling_gbps(uint64_t bytes, int threads) {
     const Range r = split_range(int64_t(bytes), parts, w, 4096);
     std::memset(buffer.get() + r.begin, 1, size_t(r.end - r.begin));
   });
-  const bool simd = detect_isa() == Isa::avx2;
+  const bool simd = cpu_supports(Isa::avx2);
   std::vector<uint64_t> sums(parts);
   double best = 0;
   for (int pass = 0; pass < 3; ++pass) {

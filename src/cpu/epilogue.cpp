@@ -8,7 +8,7 @@
 namespace lmhead::cpu {
 
 void cap_tile(const float* raw, int64_t n, const CapParams& cap, float* capped, Isa isa) {
-  if (isa == Isa::avx2) {
+  if (isa != Isa::scalar) {
     const SoftcapArgs args{cap.logit_scale, cap.cap, cap.inv_cap, cap.route == SoftcapRoute::fused};
     avx2::cap_tile(raw, n, args, capped);
     return;

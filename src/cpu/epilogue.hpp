@@ -10,7 +10,7 @@
 namespace lmhead::cpu {
 
 // capped[i] = cap_logit(raw[i]) for i < n, the same bytes as the scalar backend's; eight at a time
-// when isa is avx2 (the caller checked the CPU has it).
+// unless isa is scalar (the caller checked the CPU has AVX2).
 void cap_tile(const float* raw, int64_t n, const CapParams& cap, float* capped, Isa isa);
 // The node or fused route's intermediate values (cap != 0), as the scalar backend's stages.
 void write_stages(const float* raw, int64_t n, const CapParams& cap, float* scaled, float* div, float* tanh);

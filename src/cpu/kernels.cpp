@@ -43,14 +43,21 @@ bool cpu_has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
 }  // namespace
 
 size_t kernel_scratch_bytes(int64_t hidden) {
   // The largest of: four rows decoded to f32 plus every token's activations converted to f32 (the
   // float kernels); one unpacked K-quant row (576 B per super-block) plus the prepared token-side
   // values (at most 288 B per super-block and token). Plus slack for alignment.
+  // The AVX-512 Q5_K path adds its own unpacked row (448 B per super-block).
   const size_t floats = size_t(hidden) * sizeof(float) * (4 + kMaxKernelTokens);
-  const size_t kquant = size_t((hidden + 255) / 256) * (576 + 288 * kMaxKernelTokens);
+  const size_t kquant = size_t((hidden + 255) / 256) * (576 + 448 + 288 * kMaxKernelTokens);
   return std::max(floats, kquant) + 4096;
 }
 
@@ -58,14 +65,17 @@ const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
   }
   return "unknown";
 }
 
 Isa detect_isa() {
-  static const Isa isa = cpu_has_avx2() ? Isa::avx2 : Isa::scalar;
+  static const Isa isa = cpu_has_avx512() ? Isa::avx512 : cpu_has_avx2() ? Isa::avx2 : Isa::scalar;
   return isa;
 }
+
+bool cpu_supports(Isa isa) { return int(isa) <= int(detect_isa()); }
 
 KernelSet kernels_for(TensorType type, Isa limit) {
   KernelSet k;
@@ -94,6 +104,9 @@ KernelSet kernels_for(TensorType type, Isa limit) {
   }
   if (q8) { k.q8 = q8; k.q8_isa = Isa::avx2; }
   if (f32) { k.f32 = f32; k.f32_isa = Isa::avx2; }
+  if (int(limit) < int(Isa::avx512) || detect_isa() != Isa::avx512) return k;
+
+  if (type == TensorType::Q5_K) { k.q8 = &avx512::q5_K_q8; k.q8_isa = Isa::avx512; }
   return k;
 }
 

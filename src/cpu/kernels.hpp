@@ -44,13 +44,17 @@ using TileKernel = void (*)(const HeadTile& tile, const TokenActs& acts, const R
 
 size_t kernel_scratch_bytes(int64_t hidden);
 
+// Instruction-set levels, each including the ones before it.
 enum class Isa {
   scalar,  // portable loops over quant::vec_dot_* (the oracle's own code)
   avx2,    // AVX2 + FMA + F16C
+  avx512,  // AVX-512 F, BW, VL and VNNI (Q5_K only; every other kernel is the AVX2 one)
 };
 const char* isa_name(Isa isa);
 // The best instruction set this CPU runs (scalar when AVX2, FMA or F16C is missing).
 Isa detect_isa();
+// Whether the CPU runs `isa` (scalar always).
+bool cpu_supports(Isa isa);
 
 struct KernelSet {
   TileKernel q8 = nullptr;   // the q8 activation route (activations in quant::activation_format)
@@ -79,5 +83,9 @@ void f16_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void bf16_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void f32_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 }  // namespace avx2
+
+namespace avx512 {
+void q5_K_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+}  // namespace avx512
 
 }  // namespace lmhead::cpu

@@ -17,6 +17,12 @@ inline void keep_in_register(V& v) {
   asm("" : "+x"(v));
 }
 
+// How far ahead of the current super-block the single-token kernels ask for the weights. The
+// hardware prefetchers stop at 4 KiB page boundaries, and a page's first line then arrives late
+// on every page (in this VM each page also costs a nested page walk): one page ahead keeps the
+// stream going (docs/performance.md, CPU, attempt log).
+constexpr uint64_t kPrefetchAhead = 4096;
+
 // Asks for bytes [p, p + n) to be brought towards the core (into L2 and beyond: the T1 hint).
 // Prefetches never fault, so running past the end of the head's weights is harmless.
 inline void prefetch_bytes(const uint8_t* p, uint64_t n) {
@@ -51,6 +57,21 @@ inline __m128i k_scales_mins(const uint8_t* packed) {
   const uint32_t sc_hi = (w[2] & low4) | (((w[0] >> 6) & low2) << 4);        // sc[4..7]
   const uint32_t sc_lo = w[0] & low6;                                        // sc[0..3]
   return _mm_set_epi32(int(m_hi), int(m_lo), int(sc_hi), int(sc_lo));
+}
+
+// The same 16 bytes from the 12 packed ones with vector operations (the 16-byte load reads four
+// bytes past the scales, inside the block). Dwords w0, w1, w2:
+//   sc[0..3] = w0 & 0x3f..      sc[4..7] = (w2 & 0x0f..) | ((w0 >> 6) & 0x03..) << 4
+//   m[0..3]  = w1 & 0x3f..      m[4..7]  = ((w2 >> 4) & 0x0f..) | ((w1 >> 6) & 0x03..) << 4
+inline __m128i k_scales_mins_vec(const uint8_t* packed) {
+  const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  const __m128i a = _mm_shuffle_epi32(w, _MM_SHUFFLE(2, 1, 2, 0));  // [w0, w2, w1, w2]
+  const __m128i b = _mm_shuffle_epi32(w, _MM_SHUFFLE(1, 1, 0, 0));  // [w0, w0, w1, w1]
+  const __m128i low = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  // ((w >> 6) & 3) << 4 per byte is (w >> 2) & 0x30.
+  const __m128i high = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  return _mm_or_si128(low, high);
 }
 
 // sc[0..7] as int16 in both 128-bit halves.
