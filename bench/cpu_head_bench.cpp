@@ -4,7 +4,7 @@
 // The Muse-shape heads (202,048 x 6,656) are synthesized in memory (random valid blocks).
 //
 //   lmhead_microbench --benchmark_filter='CpuHead/q5_K'     full head, threads x tokens
-//   lmhead_microbench --benchmark_filter='Kernel'           one thread, weights in L2/L3: compute only
+//   lmhead_microbench --benchmark_filter='Kernel'           one thread, weights in L2: compute only
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -19,6 +19,8 @@
 
 #include "backend/backend.hpp"
 #include "cpu/kernels.hpp"
+#include "cpu/read_stream.hpp"
+#include "cpu/thread_pool.hpp"
 #include "cpu/synthetic_head.hpp"
 #include "quant/activation.hpp"
 
@@ -77,7 +79,33 @@ std::string with_commas(uint64_t v) {
   return s;
 }
 
-// Full head through the backend (norm, quantize, head, scale, cap, argmax), summaries only.
+// A 1 GiB buffer the read ceiling streams, first touched by the same pool that reads it.
+struct CeilingBuffer {
+  uint64_t size = uint64_t(1) << 30;
+  std::unique_ptr<uint8_t[], FreeDeleter> bytes;
+  explicit CeilingBuffer(ThreadPool& pool) : bytes(static_cast<uint8_t*>(std::aligned_alloc(4096, size))) {
+    pool.run([&](int w) {
+      const Range r = split_range(int64_t(size), pool.size(), w, 4096);
+      std::memset(bytes.get() + r.begin, 1, size_t(r.end - r.begin));
+    });
+  }
+  // One streaming pass with the pool's threads: GB/s.
+  double pass(ThreadPool& pool, const uint8_t* data, uint64_t n) {
+    std::vector<uint64_t> sums(size_t(pool.size()));
+    const auto start = std::chrono::steady_clock::now();
+    pool.run([&](int w) {
+      const Range r = split_range(int64_t(n / 4096), pool.size(), w);
+      sums[size_t(w)] = avx2::read_stream(data + r.begin * 4096, uint64_t(r.end - r.begin) * 4096);
+    });
+    benchmark::DoNotOptimize(sums.data());
+    return double(n / 4096 * 4096) / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 1e9;
+  }
+};
+
+// Full head through the backend (norm, quantize, head, scale, cap, argmax), summaries only. The
+// machine this was tuned on shares its cores and memory with other work, so each iteration runs a
+// ceiling pass and a pass over the head's own bytes right before the forward pass, and the line
+// reports the best of each (ratio = best forward GB/s over best ceiling GB/s) plus the median.
 void BM_CpuHead(benchmark::State& state) {
   const auto type = TensorType(state.range(0));
   const int threads = int(state.range(1));
@@ -90,26 +118,34 @@ void BM_CpuHead(benchmark::State& state) {
   ForwardRequest req;
   req.activations = route;
   ForwardOutput out;
+  ThreadPool pool(threads);
+  CeilingBuffer ceiling_buffer(pool);
 
-  const double ceiling = measure_cpu_read_ceiling_gbps(uint64_t(1) << 30, threads);
   backend->forward(hidden.data(), tokens, req, out);  // warm: pages, pool, scratch
   std::vector<double> ms;
+  double ceiling = 0, own = 0;
   for (auto _ : state) {
+    state.PauseTiming();
+    ceiling = std::max(ceiling, ceiling_buffer.pass(pool, ceiling_buffer.bytes.get(), ceiling_buffer.size));
+    own = std::max(own, ceiling_buffer.pass(pool, head.weights.get(), bytes));
+    state.ResumeTiming();
     const auto start = std::chrono::steady_clock::now();
     backend->forward(hidden.data(), tokens, req, out);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     benchmark::DoNotOptimize(out.summaries.data());
   }
   std::sort(ms.begin(), ms.end());
-  const double median = ms[ms.size() / 2];
-  const double gbps = double(bytes) / (median * 1e-3) / 1e9;
+  const double best = ms.front(), median = ms[ms.size() / 2];
+  const double gbps = double(bytes) / (best * 1e-3) / 1e9;
   state.counters["ratio"] = gbps / ceiling;
   state.counters["GBps"] = gbps;
   state.counters["ceiling_GBps"] = ceiling;
-  state.counters["median_ms"] = median;
-  char label[256];
-  std::snprintf(label, sizeof label, "ratio %.3f | %.2f GB/s of ceiling %.2f GB/s | %s B | median %.2f ms (min %.2f, max %.2f)",
-                gbps / ceiling, gbps, ceiling, with_commas(bytes).c_str(), median, ms.front(), ms.back());
+  state.counters["best_ms"] = best;
+  char label[320];
+  std::snprintf(label, sizeof label,
+                "ratio %.3f | %.2f GB/s of ceiling %.2f GB/s | %s B | best %.2f ms, median %.2f, max %.2f | "
+                "stream over the head's own bytes %.2f GB/s",
+                gbps / ceiling, gbps, ceiling, with_commas(bytes).c_str(), best, median, ms.back(), own);
   state.SetLabel(label);
 }
 
@@ -141,12 +177,18 @@ void BM_ReadCeiling(benchmark::State& state) {
 }
 BENCHMARK(BM_ReadCeiling)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
 
-// One tile kernel, one thread, over a head small enough to stay in L2/L3 (512 rows): the compute
-// cost per super-block and token, with no DRAM in the way.
+// One tile kernel, one thread, over 64 rows (L2-resident): the compute cost per 256 elements and
+// token, with no DRAM in the way. Arguments: type, tokens, route (0 q8, 1 f32), instruction-set
+// limit (1 avx2, 2 avx512).
 void BM_Kernel(benchmark::State& state) {
   const auto type = TensorType(state.range(0));
   const int tokens = int(state.range(1));
   const bool q8 = state.range(2) == 0;
+  const Isa limit = Isa(state.range(3));
+  if (!cpu_supports(limit)) {
+    state.SkipWithError("this CPU lacks the instruction set");
+    return;
+  }
   const int64_t rows = 64, hidden = kMuseHidden;
   const uint64_t rb = row_bytes_of(type, hidden);
   std::vector<uint8_t> weights(rb * rows);
@@ -156,7 +198,7 @@ void BM_Kernel(benchmark::State& state) {
   std::vector<uint8_t> acts(stride * tokens);
   const std::vector<float> x = random_hidden(tokens, hidden);
   for (int t = 0; t < tokens; ++t) quant::quantize_activations(fmt, x.data() + t * hidden, hidden, acts.data() + t * stride);
-  const KernelSet ks = kernels_for(type, detect_isa());
+  const KernelSet ks = kernels_for(type, limit);
   const TileKernel kernel = q8 ? ks.q8 : ks.f32;
   std::vector<float> out(size_t(rows) * tokens);
   void* scratch = std::aligned_alloc(64, (kernel_scratch_bytes(hidden) + 63) / 64 * 64);
@@ -167,16 +209,19 @@ void BM_Kernel(benchmark::State& state) {
   }
   std::free(scratch);
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(rb * rows));
-  state.counters["row_tokens_per_s"] =
-      benchmark::Counter(double(state.iterations()) * double(rows) * tokens, benchmark::Counter::kIsRate);
+  state.counters["ns_per_256_elements_and_token"] = benchmark::Counter(
+      double(state.iterations()) * double(rows) * double(hidden / 256) * tokens,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.SetLabel(std::string(tensor_type_name(type)) + (q8 ? " q8 " : " f32 ") + isa_name(q8 ? ks.q8_isa : ks.f32_isa));
 }
 BENCHMARK(BM_Kernel)
-    ->ArgsProduct({{int(TensorType::Q5_K), int(TensorType::Q4_K), int(TensorType::Q6_K), int(TensorType::Q8_0),
-                    int(TensorType::F16)},
-                   {1, 4, 16},
-                   {0}});
-BENCHMARK(BM_Kernel)->ArgsProduct({{int(TensorType::Q5_K)}, {1, 16}, {1}});
+    ->ArgsProduct({{int(TensorType::Q5_K)}, {1, 2, 4, 8, 16}, {0}, {int(Isa::avx2), int(Isa::avx512)}});
+BENCHMARK(BM_Kernel)
+    ->ArgsProduct({{int(TensorType::Q4_K), int(TensorType::Q6_K), int(TensorType::Q8_0), int(TensorType::F16)},
+                   {1, 16},
+                   {0},
+                   {int(Isa::avx2)}});
+BENCHMARK(BM_Kernel)->ArgsProduct({{int(TensorType::Q5_K)}, {1, 16}, {1}, {int(Isa::avx2)}});
 
 }  // namespace
 }  // namespace lmhead::cpu

@@ -188,6 +188,32 @@ TEST(CpuBackend, SaturatedTiesResolveToTheLowestId) {
   expect_same_outputs(got, want, req);
 }
 
+TEST(CpuBackend, MoreThanSixteenTokensInOneCall) {
+  // The backend hands kernels at most 16 tokens at a time; a 21-token call must still equal the
+  // scalar backend (the engine splits calls itself, but the backend takes any count).
+  check_against_scalar({TensorType::Q5_K, 301, 256, 20.0f, 2, 21, full_request(ActivationRoute::q8, SoftcapRoute::nodes, 3)}, 61);
+  check_against_scalar({TensorType::Q6_K, 129, 256, 20.0f, 3, 17, full_request(ActivationRoute::f32, SoftcapRoute::fused, 0)}, 62);
+}
+
+TEST(CpuBackend, GoldenFileThroughTheEngineAtEveryThreadCount) {
+  // The golden checkpoint's capped logits from the cpu backend equal the scalar backend's for
+  // 1, 2, 3 and 5 threads (the golden bytes themselves are checked by golden_tail_test.cpp).
+  const std::string path = std::string(LMHEAD_TEST_DATA) + "/tail-q5k-v4099-h512.gguf";
+  auto model = Model::open(path);
+  std::vector<float> hidden = random_hidden(3, model->config().hidden, 99, 2.0f);
+  RunOptions opt;
+  opt.want_logits = true;
+  opt.top_k = 5;
+  Engine reference(model, {.backend = BackendKind::scalar});
+  const RunResult want = reference.run(hidden, 3, opt);
+  for (int threads : {1, 2, 3, 5}) {
+    Engine engine(model, {.backend = BackendKind::cpu, .threads = threads});
+    const RunResult got = engine.run(hidden, 3, opt);
+    EXPECT_TRUE(same_floats(got.logits, want.logits)) << threads << " threads";
+    for (int t = 0; t < 3; ++t) EXPECT_EQ(got.choices[t].argmax, want.choices[t].argmax);
+  }
+}
+
 TEST(CpuBackend, BatchInvariance) {
   // Token i's bytes computed alone, and at every position of batches of 2..16 tokens, are equal.
   const TestHead head = make_head(TensorType::Q5_K, 1500, 1024, 20.0f, 9);
