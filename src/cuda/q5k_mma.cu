@@ -12,8 +12,8 @@
 // no int-to-float conversion.
 //
 // Layout: one persistent block per SM; each warp takes tiles of 16 rows (dynamic hand-out) and
-// streams them super-block by super-block through its own ring of shared-memory stages with 16-byte
-// cp.async. The weights are the MMA's A (16 rows: no empty rows), the tokens its N (8 per MMA; a
+// streams them super-block by super-block through its own ring of shared-memory stages, each
+// filled by 16 bulk (TMA) copies of one row's 176-byte super-block completing on an mbarrier. The weights are the MMA's A (16 rows: no empty rows), the tokens its N (8 per MMA; a
 // second N tile for T > 8). The activations of all tokens sit in shared memory in B-fragment order
 // for the whole kernel. Thread (g, q) of a warp decodes rows g and g + 8, holds D for tokens 2q and
 // 2q + 1, and runs those float chains; the scale, soft cap and argmax run in the tile's epilogue.
@@ -28,8 +28,6 @@ namespace {
 constexpr int kBlockBytes = 176;                      // Q5_K super-block
 constexpr int kTileRows = 16;
 constexpr int kStageBytes = kTileRows * kBlockBytes;  // 2816: one super-block of 16 rows
-constexpr int kStageChunks = kStageBytes / 16;        // 176
-constexpr int kCopiesPerLane = (kStageChunks + 31) / 32;  // 6
 
 __device__ __forceinline__ void mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
@@ -94,19 +92,23 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
   const int total_warps = gridDim.x * NW;
   uint8_t* stages = s_stage + warp * (S * kStageBytes);
 
-  // This lane's share of a stage: chunks lane + 32 i (row (lane + 32 i) / 11), as byte offsets
-  // from the tile's first row, fixed for the whole kernel.
-  int src_off[kCopiesPerLane];
-#pragma unroll
-  for (int i = 0; i < kCopiesPerLane; ++i) {
-    const int c = lane + 32 * i;
-    const int row = c / 11, piece = c - 11 * row;
-    src_off[i] = int(row * p.row_stride) + piece * 16;
-  }
+  // Each stage is filled by 16 bulk copies (one 176-byte super-block per row, issued by lanes
+  // 0..15) completing on the slot's mbarrier; the slot's n-th use waits for parity n & 1.
+  __shared__ __align__(8) uint64_t s_bar[NW][S];
+  if (lane == 0)
+    for (int s = 0; s < S; ++s) mbar_init(&s_bar[warp][s], 1);
+  fence_mbar_init();
+  __syncwarp();
 
   // ---- weight stream: items (tile, super-block) in order, S - 1 ahead of the compute ----
   int itile = blockIdx.x * NW + warp, isb = 0, issued = 0;
   int next_tile = 0;  // lane 0: the tile after itile, requested when itile's first item is issued
+  const uint8_t* row_src = nullptr;  // lanes 0..15: this lane's row of the issue tile
+  auto set_row_src = [&]() {
+    const int64_t r = min(int64_t(itile) * kTileRows + (lane & 15), int64_t(V) - 1);
+    row_src = p.weights + r * p.row_stride;
+  };
+  if (itile < ntiles) set_row_src();
   auto issue = [&]() {
     const int slot = issued % S;
     if (lane == 0) {
@@ -115,25 +117,19 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
     }
     if (itile < ntiles) {
       if (isb == 0 && lane == 0) next_tile = int(atomicAdd(p.tile_counter, 1u)) + total_warps;
-      uint8_t* dst = stages + slot * kStageBytes;
-      if ((itile + 1) * kTileRows <= V) {
-        const uint8_t* base = p.weights + int64_t(itile) * kTileRows * p.row_stride + isb * kBlockBytes;
-#pragma unroll
-        for (int i = 0; i < kCopiesPerLane; ++i)
-          if (lane + 32 * i < kStageChunks) cp_async16(dst + 16 * (lane + 32 * i), base + src_off[i]);
-      } else {  // the last, partial tile: rows past the vocabulary repeat the last row
-        for (int c = lane; c < kStageChunks; c += 32) {
-          const int row = c / 11, piece = c - 11 * row;
-          const int64_t r = min(int64_t(itile) * kTileRows + row, int64_t(V) - 1);
-          cp_async16(dst + 16 * c, p.weights + r * p.row_stride + isb * kBlockBytes + piece * 16);
-        }
+      uint64_t* bar = &s_bar[warp][slot];
+      if (lane == 0) mbar_expect_tx(bar, kStageBytes);
+      __syncwarp();
+      if (lane < kTileRows) {
+        fence_proxy_async();  // the slot's previous contents were read through the generic proxy
+        bulk_copy_g2s(stages + slot * kStageBytes + lane * kBlockBytes, row_src + isb * kBlockBytes, kBlockBytes, bar);
       }
       if (++isb == G) {
         isb = 0;
         itile = __shfl_sync(0xffffffffu, next_tile, 0);
+        if (itile < ntiles) set_row_src();
       }
     }
-    cp_async_commit();
     ++issued;
   };
 
@@ -181,13 +177,15 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
   const int p0 = q >> 1;         // qs 32-byte half-row of sub-block q (and q + 4 at p0 + 2)
   const int nib = (q & 1) * 4;   // low or high nibbles
   int slot = 0;
+  int consumed = 0;
   for (;;) {
     issue();
-    cp_async_wait<S - 1>();
     __syncwarp();
     const int tile = s_item_tile[warp][slot];
     const int sb = s_item_sb[warp][slot];
     if (tile < 0) break;
+    mbar_wait(&s_bar[warp][slot], uint32_t(consumed / S) & 1u);
+    ++consumed;
     const uint8_t* st = stages + slot * kStageBytes;
 
     // Rows g and g + 8: header, high bits, and the qs halves of sub-blocks q and q + 4.
@@ -291,7 +289,6 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
     }
     slot = slot + 1 == S ? 0 : slot + 1;
   }
-  cp_async_wait_all();
 
   // ---- argmax: lanes of one token column (same q), then warps, then blocks ----
 #pragma unroll
@@ -343,14 +340,14 @@ void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stre
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
-// The kernels built: T <= 8 with 8 / 12 / 16 warps (ring depth 4 / 3 / 3), T > 8 with 8 / 12
-// warps (3 / 2): what fits next to the activations in 227 KB of shared memory.
+// The kernels built: T <= 8 with 8 / 12 / 16 warps (ring depth 4 / 3 / 3), T > 8 with 8 warps
+// (ring depth 3): what fits next to the activations in 227 KB of shared memory.
 struct Built { int warps, stages; };
 constexpr Built kOneTile[] = {{8, 4}, {12, 3}, {16, 3}};
-constexpr Built kTwoTiles[] = {{8, 3}, {12, 2}};
+constexpr Built kTwoTiles[] = {{8, 3}};
 
 Built pick(int tokens, int warps) {
-  if (tokens > 8) return warps >= 12 ? kTwoTiles[1] : kTwoTiles[0];
+  if (tokens > 8) return kTwoTiles[0];  // 12 warps would spill the 72 accumulators per thread
   for (const Built& b : kOneTile)
     if (b.warps == warps) return b;
   return kOneTile[1];
@@ -367,10 +364,7 @@ size_t q5k_mma_smem(int groups, int tokens, const MmaConfig& c) {
 
 void launch_q5k_mma(const HeadParams& p, const MmaConfig& c, int num_sms, cudaStream_t stream) {
   const Built b = pick(p.T, c.warps);
-  if (p.T > 8) {
-    if (b.warps == 8) return launch_config<2, 2, 8, 3>(p, c.pdl, num_sms, stream);
-    return launch_config<2, 2, 12, 2>(p, c.pdl, num_sms, stream);
-  }
+  if (p.T > 8) return launch_config<2, 2, 8, 3>(p, c.pdl, num_sms, stream);
   if (p.T == 1) {
     if (b.warps == 8) return launch_config<1, 1, 8, 4>(p, c.pdl, num_sms, stream);
     if (b.warps == 12) return launch_config<1, 1, 12, 3>(p, c.pdl, num_sms, stream);
