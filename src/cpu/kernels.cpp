@@ -55,9 +55,8 @@ size_t kernel_scratch_bytes(int64_t hidden) {
   // The largest of: four rows decoded to f32 plus every token's activations converted to f32 (the
   // float kernels); one unpacked K-quant row (576 B per super-block) plus the prepared token-side
   // values (at most 288 B per super-block and token). Plus slack for alignment.
-  // The AVX-512 Q5_K path adds its own unpacked row (448 B per super-block).
   const size_t floats = size_t(hidden) * sizeof(float) * (4 + kMaxKernelTokens);
-  const size_t kquant = size_t((hidden + 255) / 256) * (576 + 448 + 288 * kMaxKernelTokens);
+  const size_t kquant = size_t((hidden + 255) / 256) * (576 + 288 * kMaxKernelTokens);
   return std::max(floats, kquant) + 4096;
 }
 

@@ -5,11 +5,11 @@
 //   summs = fma(dm, float(imin), summs); acc[k] = fma(dq, float(isum[k]), acc[k])
 // and the final (h0 + h2) + (h1 + h3) + summs.
 //
-// One token: each super-block is unpacked into registers and used at once. Several tokens: the
-// batch path of kquant_avx2.hpp (each row unpacked once into L1, every token streams over it).
+// Every token count takes the same path: per super-block, unpack into registers once and use it
+// for up to four tokens at once (measured faster than unpacking whole rows into L1 for the batch:
+// docs/performance.md, CPU).
 #include <immintrin.h>
 
-#include <cstdlib>
 #include <cstring>
 
 #include "cpu/kernels.hpp"
@@ -21,99 +21,115 @@ namespace {
 
 constexpr int kBlockBytes = 176;
 
-// One token's contribution of one super-block: the exact lane sums isum[k] (the 8 int32 lanes).
-inline __m256i lane_sums(const __m256i q[8], const __m256i sc_pairs, const uint8_t* q8) {
-  __m256i isum = _mm256_setzero_si256();
-  for (int j = 0; j < 8; ++j) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * j));
-    const __m256i p16 = _mm256_maddubs_epi16(q[j], a);
-    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, broadcast_pair(sc_pairs, j)));
-    keep_in_register(isum);
-  }
-  return isum;
-}
-
-// The single-token path. Token-side values are prepared once per call (per super-block: the bsum
-// pairs and [y.d, -y.d]); each super-block is unpacked into registers and used at once, two per
-// iteration so their mins terms share one madd and one reduction before they feed the
-// reference's sequential summs = fma(dm, float(imin), summs) chain in order.
-struct SingleToken {
-  __m128i pairs;   // bsums[2j] + bsums[2j+1], int16 x 8
-  float yd, neg_yd;
-  float pad[2];
+// Tokens in registers, up to four per group: each super-block is unpacked once and used at
+// once for the group, sub-block by sub-block (level and scale vector, then every token's
+// maddubs and madd); the four tokens' mins terms run in the lanes of one vector, summs =
+// fma(dm, float(imin), summs) lane by lane. The row is re-read from L1 for each group of four.
+struct GroupTokens {
+  __m128i pairs[4];  // per token: bsums[2j] + bsums[2j+1], int16 x 8
+  float yd[4];
+  float neg_yd[4];
 };
 
-void prepare_single(const uint8_t* act, int64_t nb, SingleToken* t) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* y = act + i * kQ8KBytes;
-    t[i].pairs = bsum_pairs(y);
-    t[i].yd = q8k_d(y);
-    t[i].neg_yd = -q8k_d(y);
-  }
+void prepare_groups(const TokenActs& acts, int64_t nb, GroupTokens* g) {
+  for (int t0 = 0; t0 < acts.tokens; t0 += 4)
+    for (int64_t i = 0; i < nb; ++i) {
+      GroupTokens& cell = g[(t0 / 4) * nb + i];
+      for (int k = 0; k < 4; ++k) {
+        if (t0 + k < acts.tokens) {
+          const uint8_t* y = acts.data + size_t(t0 + k) * acts.stride + i * kQ8KBytes;
+          cell.pairs[k] = bsum_pairs(y);
+          cell.yd[k] = q8k_d(y);
+          cell.neg_yd[k] = -q8k_d(y);
+        } else {
+          cell.pairs[k] = _mm_setzero_si128();
+          cell.yd[k] = 0.0f;
+          cell.neg_yd[k] = 0.0f;
+        }
+      }
+    }
 }
 
-inline __m256i block_lane_sums(const uint8_t* x, const uint8_t* a, __m128i sm) {
-  __m256i q[8];
-  unpack_levels_q45<KQuant::q5_K>(x, q);
-  return lane_sums(q, scale_pairs(sm), a);
-}
-
-float dot_row(const uint8_t* row, const uint8_t* qs, const SingleToken* tok, int64_t nb, uint64_t prefetch_ahead = kPrefetchAhead) {
-  __m256 acc = _mm256_setzero_ps();
+template <int G>
+void dot_group(const uint8_t* row, const uint8_t* const* qs8, const GroupTokens* tok, int64_t nb, float* result) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);  // [t0 t2 . . | t1 t3 . .] -> [t0 t1 t2 t3]
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
   __m128 summs = _mm_setzero_ps();
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    const uint8_t* x0 = row + i * kBlockBytes;
-    const uint8_t* x1 = x0 + kBlockBytes;
-    for (int k = 0; k < 6; ++k) _mm_prefetch(reinterpret_cast<const char*>(x0 + prefetch_ahead + 64 * k), _MM_HINT_T0);
-    uint32_t dd0, dd1;
-    std::memcpy(&dd0, x0, 4);
-    std::memcpy(&dd1, x1, 4);
-    // [dq0, dm0, dq1, dm1]: [d, dmin] of each block times [y.d, -y.d], one f32 multiply each.
-    const __m128 dd = _mm_cvtph_ps(_mm_unpacklo_epi32(_mm_cvtsi32_si128(int(dd0)), _mm_cvtsi32_si128(int(dd1))));
-    const __m128 yy = _mm_castsi128_ps(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&tok[i].yd)),
-                                                          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&tok[i + 1].yd))));
-    const __m128 f = _mm_mul_ps(dd, yy);
-    const __m128i sm0 = k_scales_mins_vec(x0 + 4), sm1 = k_scales_mins_vec(x1 + 4);
-    const __m256i m01 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm0, 8))),
-                                                _mm_cvtepu8_epi16(_mm_srli_si128(sm1, 8)), 1);
-    const __m256i p01 = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(&tok[i + 1].pairs),
-                                            reinterpret_cast<const __m128i*>(&tok[i].pairs));
-    const __m256i part = _mm256_madd_epi16(m01, p01);
-    const __m128i both = _mm_hadd_epi32(_mm256_castsi256_si128(part), _mm256_extracti128_si256(part, 1));
-    const __m128 imin = _mm_cvtepi32_ps(_mm_hadd_epi32(both, both));  // [imin0, imin1, ..], exact
-    summs = _mm_fmadd_ss(_mm_movehdup_ps(f), imin, summs);
-    summs = _mm_fmadd_ss(_mm_shuffle_ps(f, f, _MM_SHUFFLE(3, 3, 3, 3)), _mm_movehdup_ps(imin), summs);
-    const __m256i isum0 = block_lane_sums(x0, qs + i * kQ8KBytes, sm0);
-    acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(f), _mm256_cvtepi32_ps(isum0), acc);
-    const __m256i isum1 = block_lane_sums(x1, qs + (i + 1) * kQ8KBytes, sm1);
-    acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehl_ps(f, f)), _mm256_cvtepi32_ps(isum1), acc);
-  }
-  for (; i < nb; ++i) {
+  for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* x = row + i * kBlockBytes;
-    const float dq = tok[i].yd * f16_at(x);
-    const float dm = tok[i].neg_yd * f16_at(x + 2);
+    _mm_prefetch(reinterpret_cast<const char*>(x + kPrefetchAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(x + kPrefetchAhead + 64), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(x + kPrefetchAhead + 128), _MM_HINT_T0);
     const __m128i sm = k_scales_mins_vec(x + 4);
-    const int32_t imin = hsum_epi32(_mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), tok[i].pairs));
-    summs = _mm_fmadd_ss(_mm_set_ss(dm), _mm_set_ss(float(imin)), summs);
-    const __m256i isum = block_lane_sums(x, qs + i * kQ8KBytes, sm);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(dq), _mm256_cvtepi32_ps(isum), acc);
+    const __m256i pairs = scale_pairs(sm);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16));
+    __m256i isum[G];
+    for (int g = 0; g < G; ++g) isum[g] = _mm256_setzero_si256();
+#define LMHEAD_Q5_SUB(J, NIBBLE)                                                                            \
+    {                                                                                                       \
+      const __m256i level = _mm256_or_si256(NIBBLE, q5_high_bit<J>(qh));                                       \
+      const __m256i scale = broadcast_pair(pairs, J);                                                       \
+      for (int g = 0; g < G; ++g) {                                                                         \
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs8[g] + i * kQ8KBytes + 32 * (J))); \
+        isum[g] = _mm256_add_epi32(isum[g], _mm256_madd_epi16(_mm256_maddubs_epi16(level, a), scale));     \
+        keep_in_register(isum[g]);                                                                          \
+      }                                                                                                     \
+    }
+#define LMHEAD_Q5_PAIR(P)                                                                                   \
+    {                                                                                                       \
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 48 + 32 * P));              \
+      LMHEAD_Q5_SUB(2 * P, _mm256_and_si256(b, low4))                                                       \
+      LMHEAD_Q5_SUB(2 * P + 1, _mm256_and_si256(_mm256_srli_epi16(b, 4), low4))                              \
+    }
+    LMHEAD_Q5_PAIR(0) LMHEAD_Q5_PAIR(1) LMHEAD_Q5_PAIR(2) LMHEAD_Q5_PAIR(3)
+#undef LMHEAD_Q5_PAIR
+#undef LMHEAD_Q5_SUB
+    uint32_t dd_bits;
+    std::memcpy(&dd_bits, x, 4);
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(int(dd_bits)));  // [d, dmin, 0, 0]
+    const __m128 d = _mm_broadcastss_ps(dd), dmin = _mm_permute_ps(dd, _MM_SHUFFLE(1, 1, 1, 1));
+    const __m128 dq = _mm_mul_ps(_mm_loadu_ps(tok[i].yd), d);
+    for (int g = 0; g < G; ++g) {
+      const __m128 dq_g = _mm_permutevar_ps(dq, _mm_set1_epi32(g));
+      acc[g] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dq_g), _mm256_cvtepi32_ps(isum[g]), acc[g]);
+    }
+    const __m256i m = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
+    const __m256i m01 = _mm256_madd_epi16(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&tok[i].pairs[0])));
+    const __m256i m23 = _mm256_madd_epi16(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&tok[i].pairs[2])));
+    const __m256i h = _mm256_hadd_epi32(m01, m23);
+    const __m128i imin = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h, h), order));
+    summs = _mm_fmadd_ps(_mm_mul_ps(_mm_loadu_ps(tok[i].neg_yd), dmin), _mm_cvtepi32_ps(imin), summs);
   }
-  return reduce_lanes(acc) + _mm_cvtss_f32(summs);
+  alignas(16) float s[4];
+  _mm_store_ps(s, summs);
+  for (int g = 0; g < G; ++g) result[g] = reduce_lanes(acc[g]) + s[g];
 }
 
 }  // namespace
 
 void q5_K_q8(const HeadTile& tile, const TokenActs& acts, const RawOut& out, void* scratch) {
-  if (acts.tokens == 1) {
-    const int64_t nb = tile.hidden / 256;
-    SingleToken* tok = static_cast<SingleToken*>(scratch);
-    prepare_single(acts.data, nb, tok);
-    for (int64_t r = 0; r < tile.count; ++r)
-      out.data[r] = dot_row(tile.rows + r * tile.row_bytes, acts.data + kQ8KQsAt, tok, nb);
-    return;
+  const int64_t nb = tile.hidden / 256;
+  GroupTokens* tok = static_cast<GroupTokens*>(scratch);
+  prepare_groups(acts, nb, tok);
+  for (int64_t r = 0; r < tile.count; ++r) {
+    const uint8_t* row = tile.rows + r * tile.row_bytes;
+    for (int t0 = 0; t0 < acts.tokens; t0 += 4) {
+      const int g = acts.tokens - t0 < 4 ? acts.tokens - t0 : 4;
+      const uint8_t* qs8[4];
+      for (int k = 0; k < g; ++k) qs8[k] = acts.data + size_t(t0 + k) * acts.stride + kQ8KQsAt;
+      const GroupTokens* cells = tok + (t0 / 4) * nb;
+      float result[4];
+      switch (g) {
+        case 1: dot_group<1>(row, qs8, cells, nb, result); break;
+        case 2: dot_group<2>(row, qs8, cells, nb, result); break;
+        case 3: dot_group<3>(row, qs8, cells, nb, result); break;
+        default: dot_group<4>(row, qs8, cells, nb, result); break;
+      }
+      for (int k = 0; k < g; ++k) out.data[size_t(t0 + k) * out.stride + r] = result[k];
+    }
   }
-  kquant_tile<KQuant::q5_K>(tile, acts, out, scratch);
 }
 
 }  // namespace lmhead::cpu::avx2
