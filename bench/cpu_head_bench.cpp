@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "cpu/cpu_backend.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/read_stream.hpp"
 #include "cpu/thread_pool.hpp"
@@ -111,9 +112,14 @@ void BM_CpuHead(benchmark::State& state) {
   const int threads = int(state.range(1));
   const int tokens = int(state.range(2));
   const auto route = state.range(3) ? ActivationRoute::f32 : ActivationRoute::q8;
+  const Isa limit = Isa(state.range(4));
+  if (!cpu_supports(limit)) {
+    state.SkipWithError("this CPU lacks the instruction set");
+    return;
+  }
   SyntheticHead& head = muse_head(type);
   const uint64_t bytes = head.view.row_bytes * uint64_t(head.vocab);
-  auto backend = make_cpu_backend(head.view, threads);
+  auto backend = make_cpu_backend_limited(head.view, threads, limit);
   const std::vector<float> hidden = random_hidden(tokens, head.hidden);
   ForwardRequest req;
   req.activations = route;
@@ -149,9 +155,11 @@ void BM_CpuHead(benchmark::State& state) {
   state.SetLabel(label);
 }
 
+// Arguments: type, threads, tokens, route (0 q8, 1 f32), instruction-set limit (1 avx2, 2 avx512).
 void CpuHeadArgs(benchmark::internal::Benchmark* b) {
-  for (int threads : {2, 1})
-    for (int tokens : {1, 2, 4, 8, 16}) b->Args({int(TensorType::Q5_K), threads, tokens, 0});
+  for (int isa : {int(Isa::avx512), int(Isa::avx2)})
+    for (int threads : {2, 1})
+      for (int tokens : {1, 2, 4, 8, 16}) b->Args({int(TensorType::Q5_K), threads, tokens, 0, isa});
 }
 
 BENCHMARK(BM_CpuHead)->Name("CpuHead/q5_K")->Apply(CpuHeadArgs)->Iterations(7)->Unit(benchmark::kMillisecond);
@@ -160,12 +168,13 @@ BENCHMARK(BM_CpuHead)
     ->ArgsProduct({{int(TensorType::Q4_K), int(TensorType::Q6_K), int(TensorType::Q8_0), int(TensorType::F16)},
                    {2},
                    {1, 16},
-                   {0}})
+                   {0},
+                   {int(Isa::avx2)}})
     ->Iterations(5)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CpuHead)
     ->Name("CpuHead/f32route")
-    ->ArgsProduct({{int(TensorType::Q5_K)}, {2}, {1, 16}, {1}})
+    ->ArgsProduct({{int(TensorType::Q5_K)}, {2}, {1, 16}, {1}, {int(Isa::avx2)}})
     ->Iterations(3)
     ->Unit(benchmark::kMillisecond);
 

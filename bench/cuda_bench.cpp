@@ -197,6 +197,8 @@ int main(int argc, char** argv) {
     add("w12 pdl", 12, false, true, false);
     add("w16 pdl", 16, false, true, false);
     add("w12 pdl prefetch", 12, false, true, true);
+    add("w16 pdl no-lanes", 16, false, true, false);
+    cfgs.back().t.lanes_kernel = false;
     int best_cfg = 0;
     double best_score = 1e30;
     std::printf("\n-- tuning sweep (Q5_K q8 route, nodes cap, argmax; medians of %d calls) --\n", runs);

@@ -31,7 +31,7 @@ fi
 if [ "${MODE:-full}" = "profile" ]; then
   # Nsight Compute on the head kernels (clocks left as they are), then the benchmark.
   for m in mma1 mma16 gen1; do
-    k=q5k_mma_kernel; [ $m = gen1 ] && k=generic_head_kernel
+    k=q5k_; [ $m = gen1 ] && k=generic_head_kernel
     timeout 120 ncu --clock-control none -k regex:$k --launch-skip 5 --launch-count 1 --set full \
       -o "/tmp/ncu_$m" -f "$BUILD/cuda_bench" --profile $m > /tmp/ncu_$m.log 2>&1
     tail -3 /tmp/ncu_$m.log
@@ -64,7 +64,7 @@ BENCH_RC=$?
 
 if [ "${PROFILE_AFTER:-0}" = "1" ]; then
   step "ncu on the tensor-core head, T=1"
-  timeout 120 ncu --clock-control none -k regex:q5k_mma_kernel --launch-skip 5 --launch-count 1 --set full \
+  timeout 120 ncu --clock-control none -k regex:q5k_ --launch-skip 5 --launch-count 1 --set full \
     -o /tmp/ncu_mma1 -f "$BUILD/cuda_bench" --profile mma1 > /tmp/ncu_mma1.log 2>&1
   ncu -i /tmp/ncu_mma1.ncu-rep --page details > "$OUT/ncu_details.txt" 2>&1
   ncu -i /tmp/ncu_mma1.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_src_mma1.csv" 2>&1

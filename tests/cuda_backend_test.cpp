@@ -184,15 +184,18 @@ TEST(CudaBackend, Q5KMatchesScalarForEveryTokenCount) {
   for (int T = 1; T <= 16; ++T) {
     const std::vector<float> hidden = random_hidden(T, 512, rng);
     const ForwardOutput ref = run(*scalar, hidden, T, req);
-    for (bool mma : {true, false}) {
+    for (int variant = 0; variant < 3; ++variant) {  // lanes kernel (T <= 2), tokens-in-N kernel, generic
+      const bool mma = variant < 2;
       tuning.use_mma = mma;
+      tuning.lanes_kernel = variant == 0;
+      if (variant == 0 && T > 2) continue;
       cuda::set_tuning(*gpu, tuning);
       for (int rep = 0; rep < 2; ++rep) {  // the first call runs directly, the second replays the graph
         const ForwardOutput got = run(*gpu, hidden, T, req);
         const cuda::CallInfo info = cuda::last_call(*gpu);
-        EXPECT_EQ(info.kernel, mma ? "q5k_mma" : "generic");
+        EXPECT_EQ(info.kernel, variant == 0 ? "q5k_lanes" : mma ? "q5k_mma" : "generic");
         EXPECT_TRUE(info.guards_intact) << "a kernel wrote outside the logits";
-        expect_same(ref, got, req, "Q5_K T=" + std::to_string(T) + (mma ? " mma" : " generic") + " rep " + std::to_string(rep));
+        expect_same(ref, got, req, "Q5_K T=" + std::to_string(T) + " kernel " + info.kernel + " rep " + std::to_string(rep));
       }
     }
   }
@@ -302,16 +305,18 @@ TEST(CudaBackend, SaturatedCapTies) {
   auto gpu = make_cuda_backend(head.view, 1);
   ForwardRequest req;
   req.top_k = 20;
-  for (bool mma : {true, false}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool mma = variant < 2;
     cuda::Tuning t;
     t.use_mma = mma;
+    t.lanes_kernel = variant == 0;
     cuda::set_tuning(*gpu, t);
     for (int T : {1, 2, 12}) {
       const std::vector<float> hidden = random_hidden(T, 256, rng);
       const ForwardOutput ref = run(*scalar, hidden, T, req);
       const ForwardOutput got = run(*gpu, hidden, T, req);
       EXPECT_GT(ref.summaries[0].tie_count, 16) << "the test should produce wide ties";
-      expect_same(ref, got, req, std::string("saturated ties ") + (mma ? "mma" : "generic") + " T=" + std::to_string(T));
+      expect_same(ref, got, req, "saturated ties " + cuda::last_call(*gpu).kernel + " T=" + std::to_string(T));
     }
   }
 }
@@ -329,7 +334,7 @@ TEST(CudaBackend, BatchInvariance) {
     t.use_mma = mma;
     cuda::set_tuning(*gpu, t);
     const ForwardOutput all = run(*gpu, batch, 16, req);
-    for (int T : {1, 5, 9}) {
+    for (int T : {1, 2, 5, 9}) {
       for (int first = 0; first + T <= 16; first += T) {
         const std::vector<float> part(batch.begin() + first * 512, batch.begin() + (first + T) * 512);
         const ForwardOutput some = run(*gpu, part, T, req);
@@ -426,10 +431,11 @@ TEST(CudaBackend, GoldenFilesByteForByte) {
     };
     const std::vector<float> hidden = tensor("hidden");
     const int T = int(hidden.size() / size_t(c.hidden));
-    for (bool mma : {true, false}) {
+    for (int variant = 0; variant < 3; ++variant) {
       auto gpu = make_cuda_backend(h, 1);
       cuda::Tuning t;
-      t.use_mma = mma;
+      t.use_mma = variant < 2;
+      t.lanes_kernel = variant == 0;
       cuda::set_tuning(*gpu, t);
       ForwardRequest req;
       req.want_stages = true;

@@ -32,6 +32,7 @@ constexpr uint32_t kGuardWord = 0xA5A5A5A5u;
 struct Shape {
   int T = 0;
   bool mma = false;
+  bool lanes = false;  // the T <= 2 tensor-core kernel with the float lanes in N
   bool float_route = false;
   ActFormat format = ActFormat::q8_K;
   int cap_mode = kScaleOnly;
@@ -42,7 +43,7 @@ struct Shape {
 
   std::string key(const Tuning& t) const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "T%d m%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d", T, mma, float_route,
+    std::snprintf(buf, sizeof buf, "T%d m%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d", T, mma, lanes, float_route,
                   int(format), cap_mode, k, logprobs, logits, stages, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
                   t.stage_events, t.force_sequential_norm);
     return buf;
@@ -76,6 +77,7 @@ class CudaBackend final : public Backend {
     act_d_.reset(size_t(H + 31) / 32 * kMaxTokens);
     act_bsp_.reset(groups256 * kMaxTokens * 4);
     act_frag_.reset(groups256 * kMaxTokens * kFragPitch);
+    act_lanes_.reset(groups256 * kLanesTokens * 32 * kLanesPitch);  // zero slots must stay zero
     act_f_.reset(groups256 * 256 * kMaxTokens);
     logits_store_.reset(size_t(V) * kMaxTokens + 2 * kGuard);
     CUDA_CHECK(cudaMemset(logits_store_.get(), 0xA5, logits_store_.bytes()));
@@ -109,7 +111,7 @@ class CudaBackend final : public Backend {
     std::memcpy(hidden_.host(), hidden, size_t(tokens) * size_t(H) * sizeof(float));
     const std::string key = shape.key(tuning_);
     last_ = CallInfo{};
-    last_.kernel = shape.mma ? "q5k_mma" : "generic";
+    last_.kernel = shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
     last_.tokens = tokens;
     // One graph replay per call, timed by events around it (and, with stage events, by event
     // nodes between its stages). The first call of a shape runs directly (it also sets the
@@ -203,6 +205,8 @@ class CudaBackend final : public Backend {
     MmaConfig mc = mma_config();
     s.mma = tuning_.use_mma && head_.type == TensorType::Q5_K && s.format == ActFormat::q8_K &&
             q5k_mma_supported(mc) && q5k_mma_smem(layout_.groups, tokens, mc) + 8192 <= size_t(smem_optin_);
+    s.lanes = s.mma && tuning_.lanes_kernel && tokens <= kLanesTokens &&
+              q5k_lanes_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
     const CapParams cp = cap_params(head_, req.softcap);
     s.cap_mode = cp.cap == 0.0f ? kScaleOnly : (req.softcap == SoftcapRoute::fused ? kCapFused : kCapNodes);
     s.k = req.top_k;
@@ -306,6 +310,7 @@ class CudaBackend final : public Backend {
     pp.act_d = act_d_.get();
     pp.act_bsp = act_bsp_.get();
     pp.act_frag = act_frag_.get();
+    pp.act_lanes = act_lanes_.get();
     pp.act_f = act_f_.get();
     pp.normed_out = s.stages ? normed_.get() : nullptr;
     pp.norm_path = norm_path_.device();
@@ -324,6 +329,7 @@ class CudaBackend final : public Backend {
     hp.act_d = act_d_.get();
     hp.act_bsp = act_bsp_.get();
     hp.act_frag = act_frag_.get();
+    hp.act_lanes = act_lanes_.get();
     hp.act_f = act_f_.get();
     const CapParams cp = cap_params(head_, s.cap_mode == kCapFused ? SoftcapRoute::fused : SoftcapRoute::nodes);
     hp.logit_scale = cp.logit_scale;
@@ -339,7 +345,11 @@ class CudaBackend final : public Backend {
     hp.max_out = max_out_.get();
     hp.prefetch_l2 = tuning_.prefetch_l2 ? 1 : 0;
     const bool pdl = tuning_.pdl && !tuning_.stage_events;
-    if (s.mma) {
+    if (s.lanes) {
+      hp.t0 = 0;
+      hp.tc = s.T;
+      launch_q5k_lanes(hp, pdl, num_sms_, stream_);
+    } else if (s.mma) {
       hp.t0 = 0;
       hp.tc = s.T;
       launch_q5k_mma(hp, mma_config(), num_sms_, stream_);
@@ -486,6 +496,7 @@ class CudaBackend final : public Backend {
   DeviceArray<float> act_d_;
   DeviceArray<uint32_t> act_bsp_;
   DeviceArray<int8_t> act_frag_;
+  DeviceArray<int8_t> act_lanes_;
   DeviceArray<float> act_f_;
   DeviceArray<float> logits_store_, raw_, normed_, scaled_, div_, tanh_;
   float* logits_ = nullptr;  // logits_store_ past its leading guard band

@@ -1,6 +1,5 @@
 // Every head type on both routes: one thread per row, rows in warp tiles of 32, groups of the row
-// staged through a per-warp ring of shared-memory stages, each filled by one bulk (TMA) copy per
-// row completing on an mbarrier. Each thread runs
+// staged through a per-warp ring of shared-memory stages with 16-byte cp.async. Each thread runs
 // the reference's float order of src/quant/vec_dot.cpp for its row exactly (eight fma lanes per
 // token, the per-type extra lanes, the same final reduction), so the bytes equal the scalar
 // backend's. Tokens go in passes of kGenericTokens (each pass reads the weights once): this is the
@@ -96,7 +95,7 @@ __device__ __forceinline__ void group_levels(const uint8_t* b, uint32_t (&lv)[8]
 template <TensorType T, bool FR, int NW, int S>
 __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadParams p) {
   constexpr int GE = Geometry<T>::GE, GB = Geometry<T>::GB, PITCH = pitch_of<T>();
-  constexpr int STAGE = stage_bytes<T>();
+  constexpr int CH = GB / 16, STAGE = stage_bytes<T>();
   constexpr bool kIntDot = !FR && (T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K ||
                                    T == TensorType::Q8_0);
   extern __shared__ __align__(16) uint8_t smem[];
@@ -112,41 +111,42 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
   uint8_t* stages = smem + warp * (S * STAGE);
   const size_t f_pitch = size_t(H + 255) / 256 * 256;
 
-  // Each stage is filled by 32 bulk (TMA) copies, one row's group per lane, completing on the
-  // slot's mbarrier; the slot's n-th use waits for parity n & 1.
-  __shared__ __align__(8) uint64_t s_bar[NW][S];
-  if (lane == 0)
-    for (int s = 0; s < S; ++s) mbar_init(&s_bar[warp][s], 1);
-  fence_mbar_init();
-  __syncwarp();
-
   int itile = blockIdx.x * NW + warp, ig = 0, issued = 0;
   int next_tile = 0;  // lane 0: the tile after itile, requested when itile's first group is issued
-  const uint8_t* row_src = nullptr;
-  auto set_row_src = [&]() {
-    const int64_t r = min(int64_t(itile) * 32 + lane, int64_t(V) - 1);  // past the end: repeat the last row
-    row_src = p.weights + r * p.row_stride;
-  };
-  if (itile < ntiles) set_row_src();
   auto issue = [&]() {
+    if (ig == 0 && itile < ntiles && lane == 0) next_tile = int(atomicAdd(p.tile_counter, 1u)) + total_warps;
     const int slot = issued % S;
     if (lane == 0) {
       s_item_tile[warp][slot] = itile < ntiles ? itile : -1;
       s_item_g[warp][slot] = ig;
     }
     if (itile < ntiles) {
-      if (ig == 0 && lane == 0) next_tile = int(atomicAdd(p.tile_counter, 1u)) + total_warps;
-      uint64_t* bar = &s_bar[warp][slot];
-      if (lane == 0) mbar_expect_tx(bar, 32 * GB);
-      __syncwarp();
-      fence_proxy_async();  // the slot's previous contents were read through the generic proxy
-      bulk_copy_g2s(stages + slot * STAGE + lane * PITCH, row_src + int64_t(ig) * GB, GB, bar);
+      uint8_t* dst = stages + slot * STAGE;
+      if ((itile + 1) * 32 <= V) {
+        // 32-bit offsets from the tile's first row: one 64-bit add per copy.
+        const uint8_t* base = p.weights + int64_t(itile) * 32 * p.row_stride + ig * GB;
+        const int stride = int(p.row_stride);
+#pragma unroll
+        for (int i = 0; i < CH; ++i) {
+          const int c = lane + 32 * i;
+          const int row = c / CH, piece = c - row * CH;
+          cp_async16(dst + row * PITCH + piece * 16, base + (row * stride + piece * 16));
+        }
+      } else {  // the last, partial tile: rows past the vocabulary repeat the last row
+        const int64_t r0 = int64_t(itile) * 32;
+        for (int c = lane; c < 32 * CH; c += 32) {
+          const int row = c / CH, piece = c - row * CH;
+          int64_t r = r0 + row;
+          if (r >= V) r = V - 1;
+          cp_async16(dst + row * PITCH + piece * 16, p.weights + r * p.row_stride + int64_t(ig) * GB + piece * 16);
+        }
+      }
       if (++ig == G) {
         ig = 0;
         itile = __shfl_sync(0xffffffffu, next_tile, 0);
-        if (itile < ntiles) set_row_src();
       }
     }
+    cp_async_commit();
     ++issued;
   };
   for (int s = 0; s < S - 1; ++s) issue();
@@ -164,15 +164,14 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
     for (int k = 0; k < 4; ++k) extra[j][k] = 0.0f;
   }
 
-  int slot = 0, consumed = 0;
+  int slot = 0;
   for (;;) {
     issue();
+    cp_async_wait<S - 1>();
     __syncwarp();
     const int tile = s_item_tile[warp][slot];
     const int gi = s_item_g[warp][slot];
     if (tile < 0) break;
-    mbar_wait(&s_bar[warp][slot], uint32_t(consumed / S) & 1u);
-    ++consumed;
     const int row = tile * 32 + lane;
     const int64_t row_c = row < V ? row : V - 1;
     const uint8_t* b = stages + slot * STAGE + lane * PITCH;
@@ -356,6 +355,7 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
     }
     slot = slot + 1 == S ? 0 : slot + 1;
   }
+  cp_async_wait_all();
 
   if (lane == 0)
     for (int tj = 0; tj < kTC; ++tj) s_best[warp][tj] = best[tj];

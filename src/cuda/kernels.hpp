@@ -16,6 +16,8 @@ constexpr int kActPitch = 272;     // bytes per token of one 256-element q8 grou
                                    // 16-byte shared loads of neighbouring tokens hit distinct banks
 constexpr int kFragPitch = 320;    // bytes per token of one super-block's q8 in MMA B-fragment order:
                                    // per q (0..3) 8 (lo, hi) word pairs + 16 B of padding
+constexpr int kLanesPitch = 80;    // bytes per lane of one super-block's B fragments for the lanes kernel
+constexpr int kLanesTokens = 2;    // tokens the lanes kernel (T <= 2) keeps in that layout
 constexpr int kSumExpChunk = 4096; // select::kSumExpChunk
 constexpr int kTopKChunk = 4096;   // ids per top-k chunk (sorted in shared memory)
 
@@ -54,6 +56,7 @@ struct PrepParams {
   float* act_d = nullptr;         // q8_K: [H/256][kMaxTokens]; q8_0: [H/32][kMaxTokens] (f32 of the f16 d)
   uint32_t* act_bsp = nullptr;    // q8_K: [H/256][kMaxTokens][4] pairs of int16 sub-block sums
   int8_t* act_frag = nullptr;     // q8_K: [H/256][kMaxTokens][kFragPitch] the same quants in B-fragment order
+  int8_t* act_lanes = nullptr;    // q8_K, tokens 0..1: [H/256][kLanesTokens][32][kLanesPitch] (lanes kernel)
   float* act_f = nullptr;         // float formats: [T][H]
   float* normed_out = nullptr;    // optional [T][H] (stages)
   int32_t* norm_path = nullptr;   // [kMaxTokens]
@@ -73,6 +76,7 @@ struct HeadParams {
   const float* act_d = nullptr;
   const uint32_t* act_bsp = nullptr;
   const int8_t* act_frag = nullptr;
+  const int8_t* act_lanes = nullptr;
   const float* act_f = nullptr;
   float logit_scale = 1, cap = 0, inv_cap = 0;
   int cap_mode = kScaleOnly;
@@ -99,6 +103,9 @@ bool q5k_mma_supported(const MmaConfig& cfg);
 // Dynamic shared memory the MMA kernel needs (the backend falls back to the generic kernel when a
 // head's activations do not fit next to the stages).
 size_t q5k_mma_smem(int groups, int tokens, const MmaConfig& cfg);
+// The Q5_K q8-route head for T <= 2 with the eight float lanes in the MMA's N (see q5k_lanes.cu).
+void launch_q5k_lanes(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream);
+size_t q5k_lanes_smem(int groups, int tokens);
 // Every head type on both routes, one thread per row, tokens in passes of 4.
 constexpr int kGenericTokens = 4;
 void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, int num_sms,

@@ -25,7 +25,7 @@ __device__ __forceinline__ double warp_sum_double(double v) {
 
 // One 256-element Q8_K block, by one warp: lane l owns elements 8l .. 8l+7.
 __device__ void quantize_q8_K_block(const float* x, int8_t* qs_out, float* d_out, uint32_t* bsp_out,
-                                    int8_t* frag_out) {
+                                    int8_t* frag_out, int8_t* lanes_out) {
   const int lane = threadIdx.x & 31;
   float v[8];
 #pragma unroll
@@ -67,6 +67,13 @@ __device__ void quantize_q8_K_block(const float* x, int8_t* qs_out, float* d_out
     const int m = 2 * lane + h;
     const int off = ((m & 31) >> 3) * 80 + (m & 7) * 8 + (m >> 5) * 4;
     *reinterpret_cast<uint32_t*>(frag_out + off) = h ? w1 : w0;
+    // The lanes kernel's B (tokens 0, 1): word m = 8j + r is the only nonzero word lane 5r (r < 4,
+    // slot b0) or 5r - 4 (r >= 4, slot b1) holds for sub-block j; every other slot stays zero.
+    if (lanes_out) {
+      const int j = m >> 3, r = m & 7;
+      const int L = r < 4 ? 5 * r : 5 * r - 4;
+      *reinterpret_cast<uint32_t*>(lanes_out + L * kLanesPitch + j * 8 + (r < 4 ? 0 : 4)) = h ? w1 : w0;
+    }
   }
   // Sub-block sums (32 elements = lanes 4j .. 4j+3) equal bsums[2j] + bsums[2j+1] exactly.
   int s = lane_sum;
@@ -151,7 +158,8 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
       for (int b = warp; b < nb; b += nwarps)
         quantize_q8_K_block(xs + 256 * b, p.act_qs + (size_t(b) * kMaxTokens + t) * kActPitch,
                             p.act_d + size_t(b) * kMaxTokens + t, p.act_bsp + (size_t(b) * kMaxTokens + t) * 4,
-                            p.act_frag + (size_t(b) * kMaxTokens + t) * kFragPitch);
+                            p.act_frag + (size_t(b) * kMaxTokens + t) * kFragPitch,
+                            t < kLanesTokens ? p.act_lanes + (size_t(b) * kLanesTokens + t) * 32 * kLanesPitch : nullptr);
       break;
     }
     case ActFormat::q8_0: {

@@ -12,8 +12,8 @@
 // no int-to-float conversion.
 //
 // Layout: one persistent block per SM; each warp takes tiles of 16 rows (dynamic hand-out) and
-// streams them super-block by super-block through its own ring of shared-memory stages, each
-// filled by 16 bulk (TMA) copies of one row's 176-byte super-block completing on an mbarrier. The weights are the MMA's A (16 rows: no empty rows), the tokens its N (8 per MMA; a
+// streams them super-block by super-block through its own ring of shared-memory stages with 16-byte
+// cp.async. The weights are the MMA's A (16 rows: no empty rows), the tokens its N (8 per MMA; a
 // second N tile for T > 8). The activations of all tokens sit in shared memory in B-fragment order
 // for the whole kernel. Thread (g, q) of a warp decodes rows g and g + 8, holds D for tokens 2q and
 // 2q + 1, and runs those float chains; the scale, soft cap and argmax run in the tile's epilogue.
@@ -28,6 +28,8 @@ namespace {
 constexpr int kBlockBytes = 176;                      // Q5_K super-block
 constexpr int kTileRows = 16;
 constexpr int kStageBytes = kTileRows * kBlockBytes;  // 2816: one super-block of 16 rows
+constexpr int kStageChunks = kStageBytes / 16;        // 176
+constexpr int kCopiesPerLane = (kStageChunks + 31) / 32;  // 6
 
 __device__ __forceinline__ void mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
@@ -92,23 +94,20 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
   const int total_warps = gridDim.x * NW;
   uint8_t* stages = s_stage + warp * (S * kStageBytes);
 
-  // Each stage is filled by 16 bulk copies (one 176-byte super-block per row, issued by lanes
-  // 0..15) completing on the slot's mbarrier; the slot's n-th use waits for parity n & 1.
-  __shared__ __align__(8) uint64_t s_bar[NW][S];
-  if (lane == 0)
-    for (int s = 0; s < S; ++s) mbar_init(&s_bar[warp][s], 1);
-  fence_mbar_init();
-  __syncwarp();
+  // This lane's share of a stage: chunks lane + 32 i (row (lane + 32 i) / 11), as byte offsets
+  // from the tile's first row, fixed for the whole kernel.
+  int src_off[kCopiesPerLane];
+#pragma unroll
+  for (int i = 0; i < kCopiesPerLane; ++i) {
+    const int c = lane + 32 * i;
+    const int row = c / 11, piece = c - 11 * row;
+    src_off[i] = int(row * p.row_stride) + piece * 16;
+  }
 
   // ---- weight stream: items (tile, super-block) in order, S - 1 ahead of the compute ----
   int itile = blockIdx.x * NW + warp, isb = 0, issued = 0;
   int next_tile = 0;  // lane 0: the tile after itile, requested when itile's first item is issued
-  const uint8_t* row_src = nullptr;  // lanes 0..15: this lane's row of the issue tile
-  auto set_row_src = [&]() {
-    const int64_t r = min(int64_t(itile) * kTileRows + (lane & 15), int64_t(V) - 1);
-    row_src = p.weights + r * p.row_stride;
-  };
-  if (itile < ntiles) set_row_src();
+  const uint8_t* tile_base = p.weights + int64_t(itile) * kTileRows * p.row_stride;
   auto issue = [&]() {
     const int slot = issued % S;
     if (lane == 0) {
@@ -117,19 +116,26 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
     }
     if (itile < ntiles) {
       if (isb == 0 && lane == 0) next_tile = int(atomicAdd(p.tile_counter, 1u)) + total_warps;
-      uint64_t* bar = &s_bar[warp][slot];
-      if (lane == 0) mbar_expect_tx(bar, kStageBytes);
-      __syncwarp();
-      if (lane < kTileRows) {
-        fence_proxy_async();  // the slot's previous contents were read through the generic proxy
-        bulk_copy_g2s(stages + slot * kStageBytes + lane * kBlockBytes, row_src + isb * kBlockBytes, kBlockBytes, bar);
+      uint8_t* dst = stages + slot * kStageBytes;
+      if ((itile + 1) * kTileRows <= V) {
+        const uint8_t* base = tile_base + isb * kBlockBytes;
+#pragma unroll
+        for (int i = 0; i < kCopiesPerLane; ++i)
+          if (lane + 32 * i < kStageChunks) cp_async16(dst + 16 * (lane + 32 * i), base + src_off[i]);
+      } else {  // the last, partial tile: rows past the vocabulary repeat the last row
+        for (int c = lane; c < kStageChunks; c += 32) {
+          const int row = c / 11, piece = c - 11 * row;
+          const int64_t r = min(int64_t(itile) * kTileRows + row, int64_t(V) - 1);
+          cp_async16(dst + 16 * c, p.weights + r * p.row_stride + isb * kBlockBytes + piece * 16);
+        }
       }
       if (++isb == G) {
         isb = 0;
         itile = __shfl_sync(0xffffffffu, next_tile, 0);
-        if (itile < ntiles) set_row_src();
+        tile_base = p.weights + int64_t(itile) * kTileRows * p.row_stride;
       }
     }
+    cp_async_commit();
     ++issued;
   };
 
@@ -177,15 +183,13 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
   const int p0 = q >> 1;         // qs 32-byte half-row of sub-block q (and q + 4 at p0 + 2)
   const int nib = (q & 1) * 4;   // low or high nibbles
   int slot = 0;
-  int consumed = 0;
   for (;;) {
     issue();
+    cp_async_wait<S - 1>();
     __syncwarp();
     const int tile = s_item_tile[warp][slot];
     const int sb = s_item_sb[warp][slot];
     if (tile < 0) break;
-    mbar_wait(&s_bar[warp][slot], uint32_t(consumed / S) & 1u);
-    ++consumed;
     const uint8_t* st = stages + slot * kStageBytes;
 
     // Rows g and g + 8: header, high bits, and the qs halves of sub-blocks q and q + 4.
@@ -289,6 +293,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
     }
     slot = slot + 1 == S ? 0 : slot + 1;
   }
+  cp_async_wait_all();
 
   // ---- argmax: lanes of one token column (same q), then warps, then blocks ----
 #pragma unroll

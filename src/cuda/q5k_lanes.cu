@@ -1,0 +1,320 @@
+// The Q5_K head on the q8 route for one or two tokens, on the int8 tensor cores, byte-identical to
+// numerics.md §5 (the same float chain as q5k_mma.cu; only the integer sums are found another way).
+//
+// With one token the tokens-in-N kernel wastes its N and still has to fold the 6-bit scales into
+// the weights (two planes, two multiplies per weight word). Here N holds the eight float lanes k
+// instead: for sub-block j, A = the raw 5-bit levels of 16 rows (K = the sub-block's 32 elements)
+// and B[K][n] = q8[32j + K] when K / 4 == n, else 0. Then D[row][k] is exactly the 4-element sum
+// of lane k in sub-block j, the scale is applied after the MMA (isum[k] += sc[j] * D, exact int32),
+// and one conversion per (row, k) feeds acc[k] = fma(dq, float(isum[k]), acc[k]). B is the same
+// for every row, so it is built once per super-block by the prep kernel (mostly zeros) and kept in
+// shared memory. Per 16-row super-block a warp runs 8 MMAs per token and decodes each weight word
+// once, with compile-time shifts.
+//
+// Thread (g, q) of a warp decodes rows g and g + 8, holds D for lanes k = 2q, 2q + 1, and keeps
+// their chains; the tile's epilogue gathers the eight lanes of each row with shuffles.
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/device_common.cuh"
+
+namespace lmhead::cuda {
+namespace {
+
+constexpr int kBlockBytes = 176;
+constexpr int kTileRows = 16;
+constexpr int kStageBytes = kTileRows * kBlockBytes;  // 2816
+constexpr int kStageChunks = kStageBytes / 16;        // 176
+constexpr int kCopiesPerLane = (kStageChunks + 31) / 32;
+constexpr int kLanesBytes = 32 * kLanesPitch;         // one token's B fragments of one super-block
+
+__device__ __forceinline__ void mma_u8s8_zero(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+
+__device__ __forceinline__ uint32_t lds32(const void* p) { return *static_cast<const uint32_t*>(p); }
+
+// [G][TT] floats of y.d are padded to 16 bytes so the arrays after them stay 16-byte aligned.
+size_t yd_floats(int groups, int tt) { return (size_t(groups) * tt + 3) / 4 * 4; }
+size_t smem_bytes(int groups, int tt, int warps, int stages) {
+  return size_t(groups) * tt * (kLanesBytes + 16) + yd_floats(groups, tt) * 4 + size_t(warps) * stages * kStageBytes;
+}
+
+template <int TT, int NW, int S>
+__global__ void __launch_bounds__(NW * 32, 1) q5k_lanes_kernel(const HeadParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ PartialBest s_best[NW][kMaxTokens];
+  __shared__ PartialBest s_cta[kMaxTokens];
+  __shared__ int s_item_tile[NW][S];
+  __shared__ int s_item_sb[NW][S];
+
+  const int G = p.groups;
+  uint8_t* s_b = smem;                                                                // [G][TT][32][80]
+  float* s_yd = reinterpret_cast<float*>(smem + size_t(G) * TT * kLanesBytes);        // [G][TT]
+  uint32_t* s_bsp = reinterpret_cast<uint32_t*>(s_yd + (G * TT + 3) / 4 * 4);       // [G][TT][4]
+  uint8_t* s_stage = reinterpret_cast<uint8_t*>(s_bsp + G * TT * 4);
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, q = lane & 3;
+  const int V = p.vocab;
+  const int ntiles = (V + kTileRows - 1) / kTileRows;
+  const int total_warps = gridDim.x * NW;
+  uint8_t* stages = s_stage + warp * (S * kStageBytes);
+
+  int src_off[kCopiesPerLane];
+#pragma unroll
+  for (int i = 0; i < kCopiesPerLane; ++i) {
+    const int c = lane + 32 * i;
+    const int row = c / 11, piece = c - 11 * row;
+    src_off[i] = int(row * p.row_stride) + piece * 16;
+  }
+
+  int itile = blockIdx.x * NW + warp, isb = 0, issued = 0;
+  int next_tile = 0;
+  const uint8_t* tile_base = p.weights + int64_t(itile) * kTileRows * p.row_stride;
+  auto issue = [&]() {
+    const int slot = issued % S;
+    if (lane == 0) {
+      s_item_tile[warp][slot] = itile < ntiles ? itile : -1;
+      s_item_sb[warp][slot] = isb;
+    }
+    if (itile < ntiles) {
+      if (isb == 0 && lane == 0) next_tile = int(atomicAdd(p.tile_counter, 1u)) + total_warps;
+      uint8_t* dst = stages + slot * kStageBytes;
+      if ((itile + 1) * kTileRows <= V) {
+        const uint8_t* base = tile_base + isb * kBlockBytes;
+#pragma unroll
+        for (int i = 0; i < kCopiesPerLane; ++i)
+          if (lane + 32 * i < kStageChunks) cp_async16(dst + 16 * (lane + 32 * i), base + src_off[i]);
+      } else {  // the last, partial tile: rows past the vocabulary repeat the last row
+        for (int c = lane; c < kStageChunks; c += 32) {
+          const int row = c / 11, piece = c - 11 * row;
+          const int64_t r = min(int64_t(itile) * kTileRows + row, int64_t(V) - 1);
+          cp_async16(dst + 16 * c, p.weights + r * p.row_stride + isb * kBlockBytes + piece * 16);
+        }
+      }
+      if (++isb == G) {
+        isb = 0;
+        itile = __shfl_sync(0xffffffffu, next_tile, 0);
+        tile_base = p.weights + int64_t(itile) * kTileRows * p.row_stride;
+      }
+    }
+    cp_async_commit();
+    ++issued;
+  };
+  if (p.prefetch_l2 && itile < ntiles && lane < kTileRows) {
+    const int64_t r = int64_t(itile) * kTileRows + lane;
+    if (r < V) prefetch_l2_bulk(p.weights + r * p.row_stride, uint32_t(p.row_stride));
+  }
+  for (int s = 0; s < S - 1; ++s) issue();
+
+  pdl_wait();
+  {
+    constexpr int kChunks = kLanesBytes / 16;
+    const int chunks = G * TT * kChunks;
+    for (int i = threadIdx.x; i < chunks; i += blockDim.x) {
+      const int c = i % kChunks, gt = i / kChunks, gi = gt / TT, t = gt - gi * TT;
+      reinterpret_cast<uint4*>(s_b)[i] =
+          reinterpret_cast<const uint4*>(p.act_lanes + (size_t(gi) * kLanesTokens + t) * kLanesBytes)[c];
+    }
+    for (int i = threadIdx.x; i < G * TT; i += blockDim.x) {
+      const int gi = i / TT, t = i - gi * TT;
+      s_yd[i] = p.act_d[size_t(gi) * kMaxTokens + t];
+      *reinterpret_cast<uint4*>(s_bsp + 4 * i) =
+          *reinterpret_cast<const uint4*>(p.act_bsp + (size_t(gi) * kMaxTokens + t) * 4);
+    }
+  }
+  __syncthreads();
+
+  PartialBest best[TT];
+  float acc[TT][2][2];   // [token][row g, g+8][lane 2q + c]
+  float summs[TT][2];
+#pragma unroll
+  for (int t = 0; t < TT; ++t) {
+    best[t] = best_empty();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      summs[t][r] = 0.0f;
+      acc[t][r][0] = acc[t][r][1] = 0.0f;
+    }
+  }
+
+  int slot = 0;
+  for (;;) {
+    issue();
+    cp_async_wait<S - 1>();
+    __syncwarp();
+    const int tile = s_item_tile[warp][slot];
+    const int sb = s_item_sb[warp][slot];
+    if (tile < 0) break;
+    const uint8_t* st = stages + slot * kStageBytes;
+
+    // Rows g and g + 8: header, the two high-bit words and eight qs words this lane's K covers.
+    float d[2], dmin[2];
+    uint32_t mlo[2], mhi[2], sc_lo[2], sc_hi[2], qh0[2], qh1[2], qs0[2][4], qs1[2][4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint8_t* rb = st + (g + 8 * r) * kBlockBytes;
+      const uint4 h = lds128(rb);
+      d[r] = f16_exact(h.x);
+      dmin[r] = f16_exact(h.x >> 16);
+      mlo[r] = h.z & 0x3F3F3F3Fu;
+      mhi[r] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+      sc_lo[r] = h.y & 0x3F3F3F3Fu;
+      sc_hi[r] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+      qh0[r] = lds32(rb + 16 + 4 * q);
+      qh1[r] = lds32(rb + 32 + 4 * q);
+#pragma unroll
+      for (int pp = 0; pp < 4; ++pp) {
+        qs0[r][pp] = lds32(rb + 48 + 32 * pp + 4 * q);
+        qs1[r][pp] = lds32(rb + 48 + 32 * pp + 16 + 4 * q);
+      }
+    }
+
+    // Mins and multipliers per (token, row).
+    float dq[TT][2];
+#pragma unroll
+    for (int t = 0; t < TT; ++t) {
+      const float yd = s_yd[sb * TT + t];
+      const uint4 bs = lds128(s_bsp + 4 * (sb * TT + t));
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        dq[t][r] = __fmul_rn(yd, d[r]);
+        const float dm = __fmul_rn(-yd, dmin[r]);
+        int im = __dp2a_lo(int(bs.x), int(mlo[r]), kMagicBits);
+        im = __dp2a_hi(int(bs.y), int(mlo[r]), im);
+        im = __dp2a_lo(int(bs.z), int(mhi[r]), im);
+        im = __dp2a_hi(int(bs.w), int(mhi[r]), im);
+        summs[t][r] = __fmaf_rn(dm, __fsub_rn(__int_as_float(im), kMagic), summs[t][r]);
+      }
+    }
+
+    // B fragments of this lane: (b0, b1) for each sub-block j.
+    uint4 bq[TT][4];
+#pragma unroll
+    for (int t = 0; t < TT; ++t) {
+      const uint8_t* fb = s_b + (size_t(sb) * TT + t) * kLanesBytes + lane * kLanesPitch;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) bq[t][i] = lds128(fb + 16 * i);
+    }
+
+    int isum[TT][2][2];
+#pragma unroll
+    for (int t = 0; t < TT; ++t)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) isum[t][r][0] = isum[t][r][1] = 0;
+
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      constexpr uint32_t kLow = 0x0F0F0F0Fu;
+      uint32_t w0[2], w1[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t lo0 = (qs0[r][j >> 1] >> (4 * (j & 1))) & kLow;
+        const uint32_t lo1 = (qs1[r][j >> 1] >> (4 * (j & 1))) & kLow;
+        w0[r] = lo0 | (((qh0[r] >> j) & 0x01010101u) << 4);
+        w1[r] = lo1 | (((qh1[r] >> j) & 0x01010101u) << 4);
+      }
+      const uint32_t sc_g = (((j < 4) ? sc_lo[0] : sc_hi[0]) >> (8 * (j & 3))) & 0xFFu;
+      const uint32_t sc_g8 = (((j < 4) ? sc_lo[1] : sc_hi[1]) >> (8 * (j & 3))) & 0xFFu;
+#pragma unroll
+      for (int t = 0; t < TT; ++t) {
+        int dd[4];
+        mma_u8s8_zero(dd, w0[0], w0[1], w1[0], w1[1], word_of(bq[t][j >> 1], 2 * (j & 1)),
+                      word_of(bq[t][j >> 1], 2 * (j & 1) + 1));
+        // dd[2r + c]: row g + 8r, lane 2q + c.
+        isum[t][0][0] += int(sc_g) * dd[0];
+        isum[t][0][1] += int(sc_g) * dd[1];
+        isum[t][1][0] += int(sc_g8) * dd[2];
+        isum[t][1][1] += int(sc_g8) * dd[3];
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < TT; ++t)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          acc[t][r][c] = __fmaf_rn(dq[t][r], __int2float_rn(isum[t][r][c]), acc[t][r][c]);
+    __syncwarp();
+
+    if (sb == G - 1) {
+#pragma unroll
+      for (int t = 0; t < TT; ++t)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float lanes8[8];
+#pragma unroll
+          for (int k = 0; k < 8; ++k) lanes8[k] = __shfl_sync(0xffffffffu, acc[t][r][k & 1], (lane & ~3) | (k >> 1));
+          const float raw = __fadd_rn(reduce_lanes(lanes8), summs[t][r]);
+          const int row = tile * kTileRows + g + 8 * r;
+          if (q == 0 && row < V && t < p.T) {
+            const float capped = apply_cap(raw, p);
+            p.logits[size_t(t) * V + row] = capped;
+            if (p.raw) p.raw[size_t(t) * V + row] = raw;
+            best[t] = best_merge(best[t], best_single(capped, row));
+          }
+          summs[t][r] = 0.0f;
+          acc[t][r][0] = acc[t][r][1] = 0.0f;
+        }
+    }
+    slot = slot + 1 == S ? 0 : slot + 1;
+  }
+  cp_async_wait_all();
+
+#pragma unroll
+  for (int t = 0; t < TT; ++t) {
+    PartialBest b = best[t];
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
+    if (lane == 0) s_best[warp][t] = b;
+  }
+  __syncthreads();
+  if (threadIdx.x < TT) {
+    PartialBest b = best_empty();
+    for (int w = 0; w < NW; ++w) b = best_merge(b, s_best[w][threadIdx.x]);
+    s_cta[threadIdx.x] = b;
+  }
+  __syncthreads();
+  publish_and_finalize(p, s_cta);
+}
+
+template <int TT, int NW, int S>
+void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
+  auto kernel = q5k_lanes_kernel<TT, NW, S>;
+  static bool configured = false;
+  if (!configured) {
+    int optin = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 8192));
+    configured = true;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(num_sms);
+  cfg.blockDim = dim3(NW * 32);
+  cfg.dynamicSmemBytes = smem_bytes(p.groups, TT, NW, S);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+}  // namespace
+
+// One token: 16 warps, ring depth 3; two tokens: 8 warps, ring depth 3 (shared memory).
+size_t q5k_lanes_smem(int groups, int tokens) {
+  return tokens <= 1 ? smem_bytes(groups, 1, 16, 3) : smem_bytes(groups, 2, 8, 3);
+}
+
+void launch_q5k_lanes(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
+  if (p.T <= 1) return launch_config<1, 16, 3>(p, pdl, num_sms, stream);
+  return launch_config<2, 8, 3>(p, pdl, num_sms, stream);
+}
+
+}  // namespace lmhead::cuda
