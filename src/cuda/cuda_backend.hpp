@@ -9,7 +9,7 @@ namespace lmhead::cuda {
 
 struct Tuning {
   bool use_mma = true;              // Q5_K q8 route on the tensor cores (else the generic kernel)
-  int mma_warps = 16;               // warps per block of the MMA kernel for T = 3..8 (8, 12, 16; T > 8 uses 8)
+  int mma_warps = 12;               // warps per block of the MMA kernel for T = 3..8 (8, 12, 16; T > 8 uses 8)
   bool lanes_kernel = true;         // T <= 2: the kernel with the eight float lanes in the MMA's N
   bool pdl = true;                  // programmatic dependent launch prep -> head (only without stage events)
   bool prefetch_l2 = false;         // bulk-prefetch each warp's first tile into L2 while the prep runs
