@@ -62,6 +62,12 @@ step "benchmark (Muse shape, synthesized in memory)"
 timeout 240 "$BUILD/cuda_bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
 BENCH_RC=$?
 
+if [ -x "$BUILD/lmhead" ]; then
+  step "CLI through the public Engine API: lmhead make + lmhead bench --backend cuda"
+  ( timeout 150 "$BUILD/lmhead" make /tmp/muse-q5k.gguf --quiet &&
+    timeout 120 "$BUILD/lmhead" bench /tmp/muse-q5k.gguf --backend cuda --repeat 200 ) 2>&1 | tee "$OUT/cli.log"
+fi
+
 if [ "${PROFILE_AFTER:-0}" = "1" ]; then
   step "ncu on the tensor-core head, T=1"
   timeout 120 ncu --clock-control none -k regex:q5k_ --launch-skip 5 --launch-count 1 --set full \
