@@ -79,13 +79,16 @@ void check_kernel_at(const KernelCase& c, uint64_t seed, Isa isa) {
   // alignment with a stride of hidden + 3 floats.
   const size_t stride = q8 ? quant::activation_bytes(fmt, c.hidden) + 3 : size_t(c.hidden + 3) * 4;
   const size_t lead = q8 ? 5 : 4;
+  // The reference functions take aligned blocks (they read through block structs): they get
+  // aligned copies of the same bytes the kernel reads at odd addresses.
   std::vector<uint8_t> act_store(lead + stride * c.tokens + 64);
-  std::vector<std::vector<float>> normed(c.tokens);
+  const size_t act_bytes = q8 ? quant::activation_bytes(fmt, c.hidden) : size_t(c.hidden) * 4;
+  std::vector<std::vector<uint32_t>> aligned_acts(c.tokens, std::vector<uint32_t>((act_bytes + 3) / 4));
   for (int t = 0; t < c.tokens; ++t) {
-    normed[t] = random_normed(c.hidden, rng);
-    uint8_t* dst = act_store.data() + lead + t * stride;
-    if (q8) quant::quantize_activations(fmt, normed[t].data(), c.hidden, dst);
-    else std::memcpy(dst, normed[t].data(), c.hidden * 4);
+    const std::vector<float> normed = random_normed(c.hidden, rng);
+    if (q8) quant::quantize_activations(fmt, normed.data(), c.hidden, aligned_acts[t].data());
+    else std::memcpy(aligned_acts[t].data(), normed.data(), act_bytes);
+    std::memcpy(act_store.data() + lead + t * stride, aligned_acts[t].data(), act_bytes);
   }
 
   const size_t out_stride = size_t(c.rows) + 7;
@@ -101,15 +104,16 @@ void check_kernel_at(const KernelCase& c, uint64_t seed, Isa isa) {
          RawOut{out0, out_stride}, scratch.p);
 
   std::vector<float> deq(c.hidden);
+  std::vector<uint32_t> aligned_row((row_bytes + 3) / 4);
   int64_t wrong = 0;
   for (int t = 0; t < c.tokens; ++t) {
-    const uint8_t* act = act_store.data() + lead + t * stride;
-    std::vector<float> x(c.hidden);
-    std::memcpy(x.data(), act, q8 ? 0 : c.hidden * 4);
+    const void* act = aligned_acts[t].data();
+    const float* x = reinterpret_cast<const float*>(aligned_acts[t].data());
     for (int64_t r = 0; r < c.rows; ++r) {
-      const uint8_t* row = weights + r * row_bytes;
+      std::memcpy(aligned_row.data(), weights + r * row_bytes, row_bytes);
+      const void* row = aligned_row.data();
       const float want = q8 ? quant::vec_dot_q8_route(c.type, row, act, c.hidden)
-                            : quant::vec_dot_f32_route(c.type, row, x.data(), c.hidden, deq.data());
+                            : quant::vec_dot_f32_route(c.type, row, x, c.hidden, deq.data());
       const float got = out0[t * out_stride + r];
       if (bits(got) != bits(want) && wrong++ < 5)
         ADD_FAILURE() << "token " << t << " row " << r << ": got " << got << " want " << want;
