@@ -86,6 +86,10 @@ struct EngineOptions {
   BackendKind backend = BackendKind::cpu;
   int threads = 0;  // 0: all hardware threads
   int gpus = 1;
+  // Vocabulary-parallel split: the rows go to this many shards, each its own backend instance,
+  // merged by exchanging per-token summaries. 0: one shard per GPU for cuda, one for the CPU.
+  // Any value gives the same bytes.
+  int shards = 0;
 };
 
 struct RunOptions {

@@ -49,6 +49,7 @@ EngineOptions BackendOptions::engine_options() const {
   if (!parse(backend, o.backend)) throw Error("unknown backend '" + backend + "' (scalar, cpu, cuda)");
   o.threads = threads;
   o.gpus = gpus;
+  o.shards = shards;
   return o;
 }
 
@@ -58,6 +59,9 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
       ->capture_default_str();
   cmd.add_option("--threads", o.threads, "CPU threads (0: all hardware threads)")->check(CLI::Range(0, 1024));
   cmd.add_option("--gpus", o.gpus, "GPUs for the cuda backend")->check(CLI::Range(1, 64))->capture_default_str();
+  cmd.add_option("--shards", o.shards,
+                 "split the vocabulary into N shards, each its own backend instance, merged by exchanging "
+                 "per-token summaries (0: automatic); same bytes for any N")->check(CLI::Range(0, 64));
 }
 
 namespace {

@@ -38,6 +38,7 @@ struct BackendOptions {
   std::string backend = "cpu";
   int threads = 0;
   int gpus = 1;
+  int shards = 0;
   EngineOptions engine_options() const;
 };
 void add_backend_options(CLI::App& cmd, BackendOptions& o);

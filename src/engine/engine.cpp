@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/backend.hpp"
+#include "backend/sharding.hpp"
 #include "lmhead/lmhead.hpp"
 
 namespace lmhead {
@@ -65,10 +66,22 @@ bool parse(std::string_view s, BackendKind& v) { return parse_name(kBackendNames
 Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options) : model_(std::move(model)) {
   if (!model_) throw Error("Engine needs a model");
   const HeadView head = head_view(*model_);
-  switch (options.backend) {
-    case BackendKind::scalar: backend_ = make_scalar_backend(head); break;
-    case BackendKind::cpu: backend_ = make_cpu_backend(head, options.threads); break;
-    case BackendKind::cuda: backend_ = make_cuda_backend(head, options.gpus); break;
+  if (options.shards < 0) throw Error("shards must be 0 (automatic) or positive");
+  const int shards = options.shards > 0 ? options.shards : 1;
+  auto make_one = [&](const HeadView& h, int threads) -> std::unique_ptr<Backend> {
+    switch (options.backend) {
+      case BackendKind::scalar: return make_scalar_backend(h);
+      case BackendKind::cpu: return make_cpu_backend(h, threads);
+      case BackendKind::cuda: return make_cuda_backend(h, options.gpus);
+    }
+    throw Error("unknown backend");
+  };
+  if (shards == 1) {
+    backend_ = make_one(head, options.threads);
+  } else {
+    // Shards run concurrently; on the CPU they share the threads asked for.
+    const int per_shard = options.threads > 0 ? std::max(1, options.threads / shards) : 1;
+    backend_ = make_sharded_backend(head, shards, [&](const HeadView& h, int) { return make_one(h, per_shard); });
   }
 }
 
