@@ -189,6 +189,19 @@ def main():
 
     # Hand-made: shapes the other sources lack.
     write("gguf_fuzz", "every-value-and-tensor-type.gguf", every_value_type())
+
+    # Regressions: the shapes of the inputs that made model_fuzz crash (docs/security.md), rebuilt
+    # here by hand so every fuzz run starts by replaying them.
+    nan_gamma = Gguf()
+    nan_gamma.kv_str("general.architecture", "x")
+    nan_gamma.tensor("output_norm.weight", [32], F32, f32s([float("nan") if i == 29 else 1.0 for i in range(32)]))
+    nan_gamma.tensor("output.weight", [32, 4], Q8_0, tensor_bytes(Q8_0, [32, 4], 2))
+    write("model_fuzz", "regress-nan-norm-weight.gguf", nan_gamma.bytes())
+    tiny_gamma = Gguf()
+    tiny_gamma.kv_str("general.architecture", "x")
+    tiny_gamma.tensor("output_norm.weight", [64], F32, f32s([1e-40] * 64))
+    tiny_gamma.tensor("output.weight", [64, 4], Q8_0, tensor_bytes(Q8_0, [64, 4], 3))
+    write("model_fuzz", "regress-subnormal-norm-weight-q8_0.gguf", tiny_gamma.bytes())
     for name, data in [
         ("tiny-f32-h8-v5.gguf", head_file(F32, 8, 5)),
         ("tiny-q8_0-h32-v4.gguf", head_file(Q8_0, 32, 4)),

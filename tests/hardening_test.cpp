@@ -4,6 +4,7 @@
 // up front with the numbers. The FuzzRegression tests each pin a bug the fuzzers found.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "gguf/gguf.hpp"
 #include "gguf_test_builder.hpp"
 #include "hardening_util.hpp"
+#include "io/hidden_input.hpp"
 #include "io/npy.hpp"
 #include "lmhead/lmhead.hpp"
 #include "model/resources.hpp"
@@ -247,6 +249,68 @@ TEST(HostileGguf, CliRefusesBrokenHeadMetadata) {
     expect_clean_refusal(run_cli("run " + shell_quote(c.path) + " --hidden " + shell_quote(kVectors256 + ":hidden")),
                          c.expected, c.path);
   }
+}
+
+// ---- the fuzz corpora as regression inputs ------------------------------------------------------
+
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> paths;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.is_regular_file()) paths.push_back(e.path().string());
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+bool starts_with(const std::string& path, const char* prefix) {
+  return std::filesystem::path(path).filename().string().rfind(prefix, 0) == 0;
+}
+
+// Every seed of every fuzz target goes through the API its harness calls, in the ordinary test
+// binary, so the ASan/UBSan job replays the corpora on every submission even where libFuzzer is
+// not built. Only lmhead::Error may come out; the valid seeds must be accepted.
+TEST(FuzzCorpus, EverySeedIsHandledAndTheValidOnesAccepted) {
+  size_t files = 0, accepted = 0;
+  for (const std::string& dir : {repo_path("fuzz/corpus/gguf_fuzz"), repo_path("fuzz/corpus/hidden_input_fuzz"),
+                                 repo_path("fuzz/corpus/model_fuzz"), repo_path("fuzz/seeds/gguf")})
+    for (const std::string& path : files_in(dir)) {
+      ++files;
+      const std::vector<uint8_t> bytes = read_bytes(path);
+      const bool valid = starts_with(path, "make-") || starts_with(path, "tiny-") || starts_with(path, "valid-") ||
+                         starts_with(path, "every-") || starts_with(path, "golden-vectors-h256") || starts_with(path, "hidden-");
+      try {
+        auto file = gguf::File::from_bytes(bytes, path);
+        ++accepted;
+        if (const gguf::TensorInfo* hidden = file->find_tensor("hidden"); hidden && hidden->type == TensorType::F32)
+          try { io::hidden_from_gguf(*file, "hidden"); } catch (const Error&) {}
+      } catch (const Error& e) {
+        EXPECT_FALSE(valid) << path << ": " << e.what();
+      }
+    }
+  for (const std::string& path : files_in(repo_path("fuzz/corpus/model_fuzz"))) {
+    const bool valid = starts_with(path, "make-") || starts_with(path, "tiny-");
+    try {
+      auto model = Model::open(path);
+      Engine engine(model, {.backend = BackendKind::scalar});
+      RunOptions o;
+      o.top_k = int(std::min<int64_t>(3, model->config().vocab));
+      o.logprobs = true;
+      engine.run(test_hidden(2, model->config().hidden, 9), 2, o);
+    } catch (const Error& e) {
+      EXPECT_FALSE(valid) << path << ": " << e.what();
+    }
+  }
+  for (const std::string& dir : {repo_path("fuzz/corpus/npy_fuzz"), repo_path("fuzz/seeds/npy")})
+    for (const std::string& path : files_in(dir)) {
+      ++files;
+      try {
+        io::HiddenStates s = io::parse_npy_f32(read_bytes(path), path);
+        io::check_finite(s, path);
+        ++accepted;
+      } catch (const Error&) {
+      }
+    }
+  EXPECT_GE(files, 100u);
+  EXPECT_GE(accepted, 30u);
 }
 
 // ---- bugs the fuzzers found ---------------------------------------------------------------------
