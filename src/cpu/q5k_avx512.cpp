@@ -14,6 +14,7 @@
 // this file's own internal functions carries AVX-512 code.
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
