@@ -23,9 +23,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,
 if [ ! -x "$BUILD/lmhead_tests" ] || [ ! -x "$BUILD/cuda_bench" ]; then
   step "build in $BUILD"
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release 2>&1 | tail -3
-  cmake --build "$BUILD" --target lmhead_tests lmhead -j"$(nproc)" 2>&1 | tail -3 || exit 1
-  g++ -O2 -std=c++20 -ffp-contract=off -Iinclude -Isrc -I/usr/local/cuda/include bench/cuda_bench.cpp \
-      "$BUILD/liblmhead_core.a" -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -o "$BUILD/cuda_bench" || exit 1
+  cmake --build "$BUILD" --target lmhead_tests lmhead cuda_bench -j"$(nproc)" 2>&1 | tail -3 || exit 1
 fi
 
 if [ "${MODE:-full}" = "profile" ]; then

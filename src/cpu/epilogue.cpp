@@ -43,8 +43,7 @@ void fold_tile(const float* values, int64_t first, int64_t n, int k, select::Tok
       if (below) return;
     }
   }
-  // summarize() indexes by id; the tile holds ids first.. at values[0..].
-  select::summarize(values - first, first, first + n, k, into);
+  select::summarize_span(values, first, n, k, into);
 }
 
 }  // namespace lmhead::cpu

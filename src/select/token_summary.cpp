@@ -28,9 +28,13 @@ void add_tie(TokenSummary& s, int32_t id) {
 }  // namespace
 
 void summarize(const float* logits, int64_t begin, int64_t end, int k, TokenSummary& into) {
-  for (int64_t i = begin; i < end; ++i) {
-    const float v = logits[i];
-    const int32_t id = static_cast<int32_t>(i);
+  summarize_span(logits + begin, begin, end - begin, k, into);
+}
+
+void summarize_span(const float* values, int64_t first_id, int64_t count, int k, TokenSummary& into) {
+  for (int64_t j = 0; j < count; ++j) {
+    const float v = values[j];
+    const int32_t id = static_cast<int32_t>(first_id + j);
     // NaN ranks below every number: it becomes the token only when a range holds nothing else.
     const bool replaces = into.argmax < 0 || (!std::isnan(v) && (v > into.max || std::isnan(into.max)));
     if (replaces) {

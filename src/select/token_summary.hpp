@@ -22,6 +22,8 @@ struct TokenSummary {
 
 // Folds logits[begin, end) (ids begin..end-1; `logits` points at id 0) into `into`.
 void summarize(const float* logits, int64_t begin, int64_t end, int k, TokenSummary& into);
+// The same for `count` values whose first one has id `first_id` (`values` points at that one).
+void summarize_span(const float* values, int64_t first_id, int64_t count, int k, TokenSummary& into);
 // Folds b into a (a and b cover disjoint id ranges).
 void merge(TokenSummary& a, const TokenSummary& b, int k);
 
