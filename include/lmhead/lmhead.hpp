@@ -90,6 +90,12 @@ struct EngineOptions {
   // merged by exchanging per-token summaries. 0: one shard per GPU for cuda, one for the CPU.
   // Any value gives the same bytes.
   int shards = 0;
+  // One process per GPU (cuda only): this process is rank nccl_rank of nccl_ranks (> 1), runs only
+  // its shard, and the ranks exchange per-token summaries through NCCL; they meet through NCCL's
+  // unique id, which rank 0 writes atomically to nccl_id_file. 0 ranks: one process.
+  int nccl_rank = 0;
+  int nccl_ranks = 0;
+  std::string nccl_id_file{};
 };
 
 struct RunOptions {

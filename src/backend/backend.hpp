@@ -55,6 +55,15 @@ std::unique_ptr<Backend> make_scalar_backend(const HeadView& head);
 std::unique_ptr<Backend> make_cpu_backend(const HeadView& head, int threads);
 // Throws Error when lmhead was built without CUDA or no GPU is usable.
 std::unique_ptr<Backend> make_cuda_backend(const HeadView& head, int gpus);
+// One CUDA backend on device `device` (0-based), for the multi-GPU wrappers.
+std::unique_ptr<Backend> make_cuda_backend_on_device(const HeadView& head, int device);
+// Vocabulary-parallel CUDA head in one process: `shards` contiguous shards spread round-robin over
+// devices 0..gpus-1, merged by exchanging per-token summaries (src/cuda/multi_gpu.cpp).
+std::unique_ptr<Backend> make_multi_gpu_backend(const HeadView& head, int shards, int gpus);
+// One rank of a one-process-per-GPU head: this process runs shard `rank` of `ranks` and the ranks
+// exchange packed per-token summaries through NCCL; they meet through NCCL's unique id, which
+// rank 0 writes atomically to `id_file` (src/dist/). Throws Error when built without NCCL.
+std::unique_ptr<Backend> make_nccl_rank_backend(const HeadView& head, int rank, int ranks, const std::string& id_file);
 bool cuda_available(std::string* why_not = nullptr);
 
 // Read ceilings measured in the same run as a benchmark figure (bytes streamed, GB/s = 1e9 B/s).

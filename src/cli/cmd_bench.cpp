@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -62,21 +63,35 @@ int bench(const BenchArgs& a) {
                 std::string(tensor_type_name(c.head_type)).c_str(), with_commas(c.vocab).c_str(),
                 with_commas(c.hidden).c_str(), with_commas(c.head_bytes).c_str(), engine.backend_name().c_str(),
                 ceiling, ceiling_what.c_str());
-  for (int T : token_counts) {
-    const std::vector<float> hidden = synthetic_hidden(T, c.hidden, 1234 + T);
+  // Several GPUs: the one-GPU engine runs in the same process and run, so the ratio compares like
+  // with like (same clocks, same inputs).
+  std::unique_ptr<Engine> one_gpu;
+  if (eo.backend == BackendKind::cuda && eo.gpus > 1 && eo.nccl_ranks <= 1) {
+    EngineOptions single = eo;
+    single.gpus = 1;
+    single.shards = 0;
+    one_gpu = std::make_unique<Engine>(model, single);
+  }
+  auto time_runs = [&](Engine& e, const std::vector<float>& hidden, int T, RunResult& last) {
     RunOptions ro;
-    RunResult last = engine.run(hidden, T, ro);  // warm-up: pages in the mapping, fills caches
+    last = e.run(hidden, T, ro);  // warm-up: pages in the mapping, fills caches
     std::vector<double> ms;
     const auto bench_start = std::chrono::steady_clock::now();
     while (true) {
       const auto t0 = std::chrono::steady_clock::now();
-      last = engine.run(hidden, T, ro);
+      last = e.run(hidden, T, ro);
       const auto t1 = std::chrono::steady_clock::now();
       ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       const double elapsed = std::chrono::duration<double>(t1 - bench_start).count();
       if (a.repeat > 0 ? int(ms.size()) >= a.repeat : (ms.size() >= 5 && elapsed > 1.0) || ms.size() >= 1000) break;
     }
     std::sort(ms.begin(), ms.end());
+    return ms;
+  };
+  for (int T : token_counts) {
+    const std::vector<float> hidden = synthetic_hidden(T, c.hidden, 1234 + T);
+    RunResult last;
+    const std::vector<double> ms = time_runs(engine, hidden, T, last);
     const double median = ms[ms.size() / 2], lo = ms.front(), hi = ms.back();
     const double gbps = double(c.head_bytes) / (median * 1e-3) / 1e9;
     const double ratio = gbps / ceiling;
@@ -85,12 +100,31 @@ int bench(const BenchArgs& a) {
     rows.push_back({{"tokens", T}, {"threads", threads}, {"backend", engine.backend_name()}, {"median_ms", median},
                     {"min_ms", lo}, {"max_ms", hi}, {"runs", ms.size()}, {"bytes", c.head_bytes}, {"gbps", gbps},
                     {"ceiling_gbps", ceiling}, {"ratio", ratio}, {"stages_ms", stages}});
+    double one_median = 0, exchange_ms = 0;
+    if (one_gpu) {
+      RunResult one_last;
+      const std::vector<double> one_ms = time_runs(*one_gpu, hidden, T, one_last);
+      one_median = one_ms[one_ms.size() / 2];
+      for (const StageTime& s : last.times)
+        if (s.label.rfind("exchange", 0) == 0) exchange_ms += s.ms;
+      if (one_last.choices.size() != last.choices.size() || one_last.choices[0].argmax != last.choices[0].argmax)
+        throw Error("bench: the " + std::to_string(eo.gpus) + "-GPU and one-GPU engines chose different tokens");
+      rows.back()["one_gpu_median_ms"] = one_median;
+      rows.back()["ratio_to_one_gpu"] = median / one_median;
+      rows.back()["exchange_ms"] = exchange_ms;
+      rows.back()["exchange_share"] = exchange_ms / median;
+    }
     if (!a.json) {
       std::printf("ratio %.3f | T=%-2d threads=%d | median %8.3f ms (min %.3f, max %.3f, %zu runs) | %s B | %7.2f GB/s | ceiling %.2f GB/s\n",
                   ratio, T, threads, median, lo, hi, ms.size(), with_commas(c.head_bytes).c_str(), gbps, ceiling);
       std::printf("          stages (last run):");
       for (const StageTime& s : last.times) std::printf("  %s %.3f ms", s.label.c_str(), s.ms);
       std::printf("\n");
+      if (one_gpu)
+        std::printf("gpus %d | T=%-2d | %d GPUs %8.3f ms | 1 GPU %8.3f ms | ratio to 1 GPU %.3f | exchange %.4f ms "
+                    "(%.1f %% of the %d-GPU time)\n",
+                    eo.gpus, T, eo.gpus, median, one_median, median / one_median, exchange_ms,
+                    100.0 * exchange_ms / median, eo.gpus);
     }
   }
   if (a.json) std::printf("%s\n", nlohmann::json{{"model", a.model}, {"ceiling_gbps", ceiling},

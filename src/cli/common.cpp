@@ -50,6 +50,9 @@ EngineOptions BackendOptions::engine_options() const {
   o.threads = threads;
   o.gpus = gpus;
   o.shards = shards;
+  o.nccl_rank = nccl_rank;
+  o.nccl_ranks = nccl_ranks;
+  o.nccl_id_file = nccl_id;
   return o;
 }
 
@@ -62,6 +65,11 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
   cmd.add_option("--shards", o.shards,
                  "split the vocabulary into N shards, each its own backend instance, merged by exchanging "
                  "per-token summaries (0: automatic); same bytes for any N")->check(CLI::Range(0, 64));
+  cmd.add_option("--nccl-rank", o.nccl_rank, "one process per GPU: this process's rank (0 .. --nccl-ranks - 1)")
+      ->check(CLI::Range(0, 4095));
+  cmd.add_option("--nccl-ranks", o.nccl_ranks, "one process per GPU: how many ranks (processes) share the head")
+      ->check(CLI::Range(0, 4096));
+  cmd.add_option("--nccl-id", o.nccl_id, "one process per GPU: FILE where rank 0 writes NCCL's unique id (fresh per launch)");
 }
 
 namespace {

@@ -39,6 +39,8 @@ struct BackendOptions {
   int threads = 0;
   int gpus = 1;
   int shards = 0;
+  int nccl_rank = 0, nccl_ranks = 0;
+  std::string nccl_id;
   EngineOptions engine_options() const;
 };
 void add_backend_options(CLI::App& cmd, BackendOptions& o);

@@ -19,6 +19,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_memory.hpp"
 #include "cuda/kernels.hpp"
+#include "cuda/multi_gpu.hpp"
 #include "quant/activation.hpp"
 
 namespace lmhead {
@@ -52,7 +53,7 @@ struct Shape {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const HeadView& head, int gpus) : head_(head) {
+  CudaBackend(const HeadView& head, int gpus, int device = 0) : head_(head), device_(device) {
     std::string why;
     if (!cuda_available(&why)) throw Error("the cuda backend is not available: " + why);
     if (gpus > 1)
@@ -62,9 +63,17 @@ class CudaBackend final : public Backend {
       throw Error("the cuda backend needs a head with weights, gamma and positive shapes");
     if (head.vocab > (int64_t(1) << 31) - 1) throw Error("the cuda backend supports vocabularies below 2^31");
     layout_ = device_layout(head.type, head.hidden);
-    CUDA_CHECK(cudaSetDevice(0));
-    CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, 0));
-    CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    int devices = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&devices));
+    if (device < 0 || device >= devices)
+      throw Error("the cuda backend was asked for device " + std::to_string(device) + " but " +
+                  std::to_string(devices) + " CUDA device(s) are visible");
+    // The constructor may run on a thread that drives another device: it leaves that thread's
+    // current device as it found it.
+    CUDA_CHECK(cudaGetDevice(&caller_device_));
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreate(&e));
 
@@ -88,15 +97,17 @@ class CudaBackend final : public Backend {
     hidden_.reset(size_t(H) * kMaxTokens);
     results_.reset(kMaxTokens);
     norm_path_.reset(kMaxTokens);
+    CUDA_CHECK(cudaSetDevice(caller_device_));
   }
 
   ~CudaBackend() override {
+    cudaSetDevice(device_);  // the members' memory lives on this backend's device
     clear_graphs();
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
-  std::string name() const override { return "cuda"; }
+  std::string name() const override { return device_ == 0 ? "cuda" : "cuda:" + std::to_string(device_); }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
     if (tokens < 1 || tokens > kMaxTokens)
@@ -105,6 +116,7 @@ class CudaBackend final : public Backend {
     if (req.top_k < 0 || req.top_k > head_.vocab)
       throw Error("top-k must be between 0 and the vocabulary size " + std::to_string(head_.vocab));
     const int64_t H = head_.hidden, V = head_.vocab;
+    CUDA_CHECK(cudaSetDevice(device_));  // any host thread may call; cheap when already current
     Shape shape = make_shape(tokens, req);
     ensure_buffers(shape);
 
@@ -184,6 +196,35 @@ class CudaBackend final : public Backend {
     collect_times(shape, out.times);
     // Captured only now: re-recording the events inside a capture would invalidate this call's.
     if (tuning_.use_graph && !last_.graph_replayed) capture(shape, key);
+  }
+
+  // Phase two of the multi-GPU logprob exchange: the chunk sums of exp(x - max[t]) over the
+  // logits the last forward left on the device, with the caller's (global) maximum instead of
+  // this shard's own. Same kernel and chunking as the one-GPU path, so the doubles are the same.
+  void chunk_sums_against(const float* max_per_token, int tokens, double* out) {
+    if (tokens < 1 || tokens > last_.tokens)
+      throw Error("chunk sums asked for " + std::to_string(tokens) + " tokens, the last forward ran " +
+                  std::to_string(last_.tokens));
+    CUDA_CHECK(cudaSetDevice(device_));
+    const size_t V = size_t(head_.vocab), chunks = (V + kSumExpChunk - 1) / kSumExpChunk;
+    if (chunk_sums_.size() < size_t(kMaxTokens) * chunks) {
+      chunk_sums_.reset(size_t(kMaxTokens) * chunks);
+      h_sums_.reset(size_t(kMaxTokens) * chunks);
+      clear_graphs();  // captured graphs may hold the old buffers
+    }
+    // max_out_ is the head kernel's scratch: the next forward rewrites it.
+    CUDA_CHECK(cudaMemcpyAsync(max_out_.get(), max_per_token, size_t(tokens) * 4, cudaMemcpyHostToDevice, stream_));
+    SelectParams sp;
+    sp.logits = logits_;
+    sp.max_in = max_out_.get();
+    sp.vocab = int(V);
+    sp.T = tokens;
+    sp.chunk_sums = chunk_sums_.get();
+    launch_sum_exp(sp, stream_);
+    CUDA_CHECK(cudaMemcpyAsync(h_sums_.host(), chunk_sums_.get(), size_t(tokens) * chunks * 8, cudaMemcpyDeviceToHost,
+                               stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(out, h_sums_.host(), size_t(tokens) * chunks * 8);
   }
 
   Tuning tuning_;
@@ -482,6 +523,8 @@ class CudaBackend final : public Backend {
   }
 
   HeadView head_;
+  int device_ = 0;
+  int caller_device_ = 0;
   DeviceLayout layout_;
   int num_sms_ = 0;
   int smem_optin_ = 0;
@@ -531,6 +574,9 @@ void set_tuning(Backend& backend, const Tuning& tuning) {
   c.tuning_ = tuning;
 }
 Tuning get_tuning(Backend& backend) { return as_cuda(backend).tuning_; }
+void chunk_sums_against(Backend& backend, const float* max_per_token, int tokens, double* out) {
+  as_cuda(backend).chunk_sums_against(max_per_token, tokens, out);
+}
 CallInfo last_call(Backend& backend) { return as_cuda(backend).last_; }
 
 void tanh_sweep(uint64_t first, uint64_t count, uint32_t* host_out) {
@@ -572,6 +618,10 @@ bool cuda_available(std::string* why_not) {
 
 std::unique_ptr<Backend> make_cuda_backend(const HeadView& head, int gpus) {
   return std::make_unique<cuda::CudaBackend>(head, gpus);
+}
+
+std::unique_ptr<Backend> make_cuda_backend_on_device(const HeadView& head, int device) {
+  return std::make_unique<cuda::CudaBackend>(head, 1, device);
 }
 
 }  // namespace lmhead

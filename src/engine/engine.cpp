@@ -76,7 +76,13 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
     }
     throw Error("unknown backend");
   };
-  if (shards == 1) {
+  if (options.nccl_ranks > 1 || options.nccl_rank != 0) {
+    if (options.backend != BackendKind::cuda) throw Error("the one-process-per-GPU mode (NCCL ranks) needs the cuda backend");
+    backend_ = make_nccl_rank_backend(head, options.nccl_rank, options.nccl_ranks, options.nccl_id_file);
+  } else if (options.backend == BackendKind::cuda && (options.gpus > 1 || shards > 1)) {
+    // One shard per GPU by default; more shards than GPUs go round-robin over the devices.
+    backend_ = make_multi_gpu_backend(head, std::max(shards, options.gpus), options.gpus);
+  } else if (shards == 1) {
     backend_ = make_one(head, options.threads);
   } else {
     // Shards run concurrently; on the CPU they share the threads asked for.

@@ -1,6 +1,7 @@
 // Linked when lmhead is built without a CUDA compiler: the cuda backend reports why it is absent.
 #include "backend/backend.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "cuda/multi_gpu.hpp"
 
 namespace lmhead {
 
@@ -17,6 +18,14 @@ std::unique_ptr<Backend> make_cuda_backend(const HeadView&, int) {
   throw Error(std::string("the cuda backend is not available: ") + kNoCuda);
 }
 
+std::unique_ptr<Backend> make_cuda_backend_on_device(const HeadView&, int) {
+  throw Error(std::string("the cuda backend is not available: ") + kNoCuda);
+}
+
+std::unique_ptr<Backend> make_multi_gpu_backend(const HeadView&, int, int) {
+  throw Error(std::string("the multi-GPU cuda backend is not available: ") + kNoCuda);
+}
+
 double measure_cuda_read_ceiling_gbps(uint64_t) {
   throw Error(std::string("the cuda read ceiling needs the cuda backend: ") + kNoCuda);
 }
@@ -27,6 +36,7 @@ Tuning get_tuning(Backend&) { throw Error(std::string("cuda tuning: ") + kNoCuda
 CallInfo last_call(Backend&) { throw Error(std::string("cuda call info: ") + kNoCuda); }
 double measure_sm_clock_mhz() { throw Error(std::string("cuda clock probe: ") + kNoCuda); }
 void tanh_sweep(uint64_t, uint64_t, uint32_t*) { throw Error(std::string("cuda tanh sweep: ") + kNoCuda); }
+int device_count() { return 0; }
 }  // namespace cuda
 
 }  // namespace lmhead

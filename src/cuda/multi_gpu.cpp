@@ -1,0 +1,245 @@
+// Vocabulary-parallel CUDA head in one process: one CudaBackend per shard, shards spread
+// round-robin over the GPUs, one persistent host thread per shard (the caller runs shard 0), and
+// an exchange of per-token summaries instead of a gather of logits:
+//   argmax / ties  one TokenSummary per shard and token (value, lowest id, tie count, tied ids),
+//   top-k          k candidates per shard and token,
+//   logprobs       two phases: the merged maximum goes back to every shard, which sums
+//                  exp(x - max) over its own 4096-id chunks on its GPU; the chunk sums are added
+//                  in id order on the host, exactly as the one-GPU backend adds its own.
+// Logits travel only when asked for. Every byte equals the one-GPU result for any shard count.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "backend/backend.hpp"
+#include "backend/sharding.hpp"
+#include "cuda/multi_gpu.hpp"
+
+namespace lmhead {
+namespace cuda {
+
+int64_t sum_exp_chunks(int64_t rows) { return (rows + select::kSumExpChunk - 1) / select::kSumExpChunk; }
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// One persistent thread per shard beyond the first. Starting threads per call costs tens of
+// microseconds, a fifth of a one-GPU T=1 call; a worker spins briefly after each job (a decode
+// loop calls again within microseconds) and then sleeps on a condition variable.
+class ShardPool {
+ public:
+  explicit ShardPool(int shards) : shards_(shards), errors_(size_t(shards)) {
+    for (int s = 1; s < shards; ++s) threads_.emplace_back([this, s] { loop(s); });
+  }
+  ~ShardPool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  // Runs job(s) for every shard s concurrently; rethrows the lowest shard's error.
+  void run(const std::function<void(int)>& job) {
+    job_ = &job;
+    for (std::exception_ptr& e : errors_) e = nullptr;
+    pending_.store(shards_ - 1, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    call(0);
+    while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+    for (const std::exception_ptr& e : errors_)
+      if (e) std::rethrow_exception(e);
+  }
+
+ private:
+  static constexpr int kSpins = 1 << 16;  // about a millisecond of pause instructions
+
+  void call(int s) {
+    try {
+      (*job_)(s);
+    } catch (...) {
+      errors_[size_t(s)] = std::current_exception();
+    }
+  }
+
+  void loop(int s) {
+    uint64_t seen = 0;
+    for (;;) {
+      uint64_t g = generation_.load(std::memory_order_acquire);
+      for (int i = 0; i < kSpins && g == seen; ++i) {
+        cpu_relax();
+        g = generation_.load(std::memory_order_acquire);
+      }
+      if (g == seen) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        g = generation_.load(std::memory_order_acquire);
+      }
+      seen = g;
+      if (stop_) return;
+      call(s);
+      pending_.fetch_sub(1, std::memory_order_release);
+    }
+  }
+
+  const int shards_;
+  std::vector<std::exception_ptr> errors_;
+  std::vector<std::thread> threads_;
+  const std::function<void(int)>* job_ = nullptr;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+};
+
+void place(std::vector<float>& all, const std::vector<float>& part, int tokens, int64_t V, int64_t first, int64_t rows) {
+  if (part.empty()) return;
+  if (all.empty()) all.resize(size_t(tokens) * size_t(V));
+  for (int t = 0; t < tokens; ++t)
+    std::copy(part.begin() + size_t(t) * size_t(rows), part.begin() + size_t(t + 1) * size_t(rows),
+              all.begin() + size_t(t) * size_t(V) + size_t(first));
+}
+
+void shift_ids(select::TokenSummary& s, int32_t by) {
+  if (s.argmax >= 0) s.argmax += by;
+  for (int32_t& id : s.tied_ids) id += by;
+  for (Candidate& c : s.top) c.id += by;
+}
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+class MultiGpuBackend final : public Backend {
+ public:
+  MultiGpuBackend(const HeadView& head, int shards, int gpus)
+      : head_(head), gpus_(gpus), bounds_(plan_shards(head.vocab, shards)), pool_(shards) {
+    if (gpus < 1) throw Error("the multi-GPU head needs at least one GPU, got " + std::to_string(gpus));
+    for (int s = 0; s < shards; ++s)
+      parts_.push_back(make_cuda_backend_on_device(shard_view(head, bounds_[s], bounds_[s + 1]), s % gpus));
+    outs_.resize(size_t(shards));
+    sums_.resize(size_t(shards));
+  }
+
+  std::string name() const override {
+    return "cuda x" + std::to_string(gpus_) + " GPU(s), " + std::to_string(parts_.size()) + " shard(s)";
+  }
+
+  void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
+    const int n = int(parts_.size());
+    const int64_t V = head_.vocab;
+    ForwardRequest shard_req = req;
+    shard_req.logprobs = false;  // phase two below, against the merged maximum
+    pool_.run([&](int s) { parts_[size_t(s)]->forward(hidden, tokens, shard_req, outs_[size_t(s)]); });
+    const auto t1 = std::chrono::steady_clock::now();
+
+    out.summaries.assign(size_t(tokens), {});
+    for (int s = 0; s < n; ++s)
+      for (int t = 0; t < tokens; ++t) {
+        select::TokenSummary& part = outs_[size_t(s)].summaries.at(size_t(t));
+        shift_ids(part, int32_t(bounds_[size_t(s)]));
+        select::merge(out.summaries[size_t(t)], part, req.top_k);
+      }
+    const auto t2 = std::chrono::steady_clock::now();
+
+    out.sum_exp.assign(req.logprobs ? size_t(tokens) : 0, 0.0);
+    auto t3 = t2;
+    if (req.logprobs) {
+      std::vector<float> global_max(static_cast<size_t>(tokens));
+      for (int t = 0; t < tokens; ++t) global_max[size_t(t)] = out.summaries[size_t(t)].max;
+      pool_.run([&](int s) {
+        const int64_t chunks = sum_exp_chunks(bounds_[size_t(s) + 1] - bounds_[size_t(s)]);
+        sums_[size_t(s)].resize(size_t(tokens) * size_t(chunks));
+        chunk_sums_against(*parts_[size_t(s)], global_max.data(), tokens, sums_[size_t(s)].data());
+      });
+      for (int t = 0; t < tokens; ++t) {
+        double total = 0.0;  // chunk order = id order: shards are contiguous and chunk-aligned
+        for (int s = 0; s < n; ++s) {
+          const size_t chunks = size_t(sum_exp_chunks(bounds_[size_t(s) + 1] - bounds_[size_t(s)]));
+          for (size_t c = 0; c < chunks; ++c) total += sums_[size_t(s)][size_t(t) * chunks + c];
+        }
+        out.sum_exp[size_t(t)] = total;
+      }
+      t3 = std::chrono::steady_clock::now();
+    }
+
+    out.logits.clear();
+    out.stages = {};
+    if (req.want_logits || req.want_stages)
+      for (int s = 0; s < n; ++s) {
+        const int64_t first = bounds_[size_t(s)], rows = bounds_[size_t(s) + 1] - first;
+        const ForwardOutput& o = outs_[size_t(s)];
+        place(out.logits, o.logits, tokens, V, first, rows);
+        if (req.want_stages) {
+          place(out.stages.raw, o.stages.raw, tokens, V, first, rows);
+          place(out.stages.scaled, o.stages.scaled, tokens, V, first, rows);
+          place(out.stages.div, o.stages.div, tokens, V, first, rows);
+          place(out.stages.tanh, o.stages.tanh, tokens, V, first, rows);
+          place(out.stages.capped, o.stages.capped, tokens, V, first, rows);
+        }
+      }
+    if (req.want_stages) out.stages.normed = outs_[0].stages.normed;  // every shard normalizes the same input
+    const auto t4 = std::chrono::steady_clock::now();
+
+    // Shards run concurrently: each stage is booked at the slowest shard's time.
+    out.times.clear();
+    for (const ForwardOutput& o : outs_)
+      for (const StageTime& st : o.times) {
+        auto it = std::find_if(out.times.begin(), out.times.end(), [&](const StageTime& x) { return x.label == st.label; });
+        if (it == out.times.end()) out.times.push_back(st);
+        else it->ms = std::max(it->ms, st.ms);
+      }
+    out.times.push_back({"exchange: merge of per-shard summaries", ms_between(t1, t2)});
+    if (req.logprobs) out.times.push_back({"exchange: logprob chunk sums against the global max", ms_between(t2, t3)});
+    if (req.want_logits || req.want_stages) out.times.push_back({"gather of logits (asked for)", ms_between(t3, t4)});
+  }
+
+ private:
+  HeadView head_;
+  int gpus_;
+  std::vector<int64_t> bounds_;
+  std::vector<std::unique_ptr<Backend>> parts_;
+  std::vector<ForwardOutput> outs_;
+  std::vector<std::vector<double>> sums_;
+  ShardPool pool_;  // last: its threads stop before the parts they call go away
+};
+
+}  // namespace
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_multi_gpu_backend(const HeadView& head, int shards, int gpus) {
+  return std::make_unique<cuda::MultiGpuBackend>(head, shards, gpus);
+}
+
+}  // namespace lmhead
