@@ -202,6 +202,19 @@ def main():
     tiny_gamma.tensor("output_norm.weight", [64], F32, f32s([1e-40] * 64))
     tiny_gamma.tensor("output.weight", [64, 4], Q8_0, tensor_bytes(Q8_0, [64, 4], 3))
     write("model_fuzz", "regress-subnormal-norm-weight-q8_0.gguf", tiny_gamma.bytes())
+
+    # Model-level refusals the reader cannot see: a 3-D head, a token table of integers.
+    head_3d = Gguf()
+    head_3d.kv_str("general.architecture", "x")
+    head_3d.tensor("output_norm.weight", [8], F32, f32s([1.0] * 8))
+    head_3d.tensor("output.weight", [8, 3, 2], F32, tensor_bytes(F32, [8, 3, 2], 4))
+    write("model_fuzz", "hostile-head-3d.gguf", head_3d.bytes())
+    int_tokens = Gguf()
+    int_tokens.kv_str("general.architecture", "x")
+    int_tokens.kv_array("tokenizer.ggml.tokens", U32, [struct.pack("<I", i) for i in range(3)])
+    int_tokens.tensor("output_norm.weight", [8], F32, f32s([1.0] * 8))
+    int_tokens.tensor("output.weight", [8, 3], F32, tensor_bytes(F32, [8, 3], 5))
+    write("model_fuzz", "hostile-tokens-u32.gguf", int_tokens.bytes())
     for name, data in [
         ("tiny-f32-h8-v5.gguf", head_file(F32, 8, 5)),
         ("tiny-q8_0-h32-v4.gguf", head_file(Q8_0, 32, 4)),

@@ -47,7 +47,8 @@ std::string with_commas(uint64_t n) {
 
 std::string gib(uint64_t bytes) {
   std::ostringstream s;
-  s.precision(3);
+  s.setf(std::ios::fixed);
+  s.precision(1);
   s << double(bytes) / double(uint64_t(1) << 30) << " GiB";
   return s.str();
 }
