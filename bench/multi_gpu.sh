@@ -32,7 +32,7 @@ nvidia-smi topo -m 2>&1 | head -6
 ldd "$BUILD/lmhead" | grep -iE "nccl|not found"
 
 step "multi-GPU tests"
-timeout 240 "$BUILD/lmhead_tests" --gtest_filter='MultiGpu*:Sharding*:CudaBackend.GoldenFilesByteForByte' 2>&1 |
+timeout 240 "$BUILD/lmhead_tests" --gtest_filter='MultiGpu*:Sharding*:Cuda*' 2>&1 |
   tee "$OUT/tests.log" | grep -vE '^\[ +(RUN|OK) +\]'
 TESTS_RC=$?
 
@@ -53,6 +53,13 @@ wait
 $R > "$OUT/one.log" 2>&1
 grep -E "^token|^ +[0-9]+\." "$OUT/one.log" > /tmp/a; grep -E "^token|^ +[0-9]+\." "$OUT/rank1.log" > /tmp/b
 cmp -s /tmp/a /tmp/b && echo "rank 1 and one process: same tokens, logits and logprobs" || echo "RANK OUTPUT DIFFERS"
+
+step "two processes over NCCL: lmhead bench --nccl-ranks 2 (both ranks in lockstep, same --repeat)"
+rm -f /tmp/nccl-bench.id
+B="$BUILD/lmhead bench $M --backend cuda --tokens 1,4,16 --repeat 300 --nccl-ranks 2 --nccl-id /tmp/nccl-bench.id"
+( timeout 120 $B --nccl-rank 1 > "$OUT/rank1_bench.log" 2>&1 ) &
+timeout 120 $B --nccl-rank 0 2>&1 | grep -v uploading | tee "$OUT/rank0_bench.log"
+wait
 
 step "summary"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |SKIPPED|FAILED" "$OUT/tests.log" | head -20

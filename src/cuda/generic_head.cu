@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/per_device.hpp"
 #include "cuda/device_common.cuh"
 
 namespace lmhead::cuda {
@@ -374,13 +375,16 @@ void launch_typed(const HeadParams& p, int num_sms, bool pdl, cudaStream_t strea
   auto kernel = generic_head_kernel<T, FR, kWarps, kStages>;
   const size_t smem = size_t(kWarps) * kStages * stage_bytes<T>();
   // Configured once, on the first (uncaptured) call of the shape.
-  static int per_sm = 0;
-  if (per_sm == 0) {
+  static OncePerDevice configured;
+  static int per_sm_of[OncePerDevice::kMaxDevices] = {};
+  const int device = configured.run([&](int dev) {
+    int n = 0;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
-    if (per_sm < 1) throw Error("generic head kernel does not fit on a multiprocessor");
-    if (per_sm > 8) per_sm = 8;  // the partials buffer holds 8 blocks per multiprocessor
-  }
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, smem));
+    if (n < 1) throw Error("generic head kernel does not fit on a multiprocessor");
+    per_sm_of[dev % OncePerDevice::kMaxDevices] = n > 8 ? 8 : n;  // the partials buffer holds 8 blocks per multiprocessor
+  });
+  const int per_sm = per_sm_of[device % OncePerDevice::kMaxDevices];
   const int ntiles = (p.vocab + 31) / 32;
   int blocks = num_sms * per_sm;
   const int needed = (ntiles + kWarps - 1) / kWarps;

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/per_device.hpp"
 #include "cuda/device_common.cuh"
 
 namespace lmhead::cuda {
@@ -196,11 +197,10 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
 
 void launch_prep(const PrepParams& p, cudaStream_t stream) {
   const size_t smem = size_t(p.H) * sizeof(float);
-  static bool configured = false;
-  if (!configured) {
+  static OncePerDevice configured;
+  configured.run([](int) {
     CUDA_CHECK(cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-    configured = true;
-  }
+  });
   if (smem > 200 * 1024) throw Error("the cuda backend's RMSNorm keeps a token in shared memory: hidden size " +
                                      std::to_string(p.H) + " is too large");
   prep_kernel<<<p.T, kPrepThreads, smem, stream>>>(p);

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/per_device.hpp"
 #include "cuda/device_common.cuh"
 
 namespace lmhead::cuda {
@@ -285,13 +286,12 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_lanes_kernel(const HeadParams 
 template <int TT, int NW, int S>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
   auto kernel = q5k_lanes_kernel<TT, NW, S>;
-  static bool configured = false;
-  if (!configured) {
+  static OncePerDevice configured;
+  configured.run([&](int device) {
     int optin = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 8192));
-    configured = true;
-  }
+  });
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(num_sms);
   cfg.blockDim = dim3(NW * 32);

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/per_device.hpp"
 #include "cuda/device_common.cuh"
 
 namespace lmhead::cuda {
@@ -325,13 +326,12 @@ void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stre
   auto kernel = q5k_mma_kernel<MT, CT, NW, S>;
   const size_t smem = smem_bytes(p.groups, MT, NW, S);
   // Raised once to the most any head can ask for (the first call of every shape runs uncaptured).
-  static bool configured = false;
-  if (!configured) {
+  static OncePerDevice configured;
+  configured.run([&](int device) {
     int optin = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 8192));
-    configured = true;
-  }
+  });
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(num_sms);
   cfg.blockDim = dim3(NW * 32);
