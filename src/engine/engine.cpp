@@ -6,6 +6,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/sharding.hpp"
+#include "model/resources.hpp"
 #include "lmhead/lmhead.hpp"
 
 namespace lmhead {
@@ -66,6 +67,11 @@ bool parse(std::string_view s, BackendKind& v) { return parse_name(kBackendNames
 Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options) : model_(std::move(model)) {
   if (!model_) throw Error("Engine needs a model");
   const HeadView head = head_view(*model_);
+  if (options.backend != BackendKind::cuda) {
+    // A head that cannot be resident is refused with the numbers, not paged from disk every token.
+    const HeadConfig& c = model_->config();
+    check_head_fits(c.head_bytes, cpu_working_bytes(c), model_->path());
+  }
   if (options.shards < 0) throw Error("shards must be 0 (automatic) or positive");
   const int shards = options.shards > 0 ? options.shards : 1;
   auto make_one = [&](const HeadView& h, int threads) -> std::unique_ptr<Backend> {
