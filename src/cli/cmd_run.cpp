@@ -81,6 +81,7 @@ int run(const RunArgs& a) {
     j["backend"] = r.backend;
     j["activations"] = a.activations;
     j["softcap"] = a.softcap;
+    j["tied_head"] = c.tied;
     j["tokens"] = nlohmann::json::array();
     for (int t = 0; t < r.tokens; ++t) {
       const TokenChoice& ch = r.choices[t];
@@ -106,6 +107,7 @@ int run(const RunArgs& a) {
 
   std::printf("%s: %d token(s), backend %s, activations %s, soft cap %s\n", a.model.c_str(), r.tokens,
               r.backend.c_str(), a.activations.c_str(), c.softcap == 0 ? "off (scale only)" : a.softcap.c_str());
+  if (c.tied) std::printf("tied head: no 'output.weight' in the file, using 'token_embd.weight'\n");
   for (int t = 0; t < r.tokens; ++t) {
     const TokenChoice& ch = r.choices[t];
     std::printf("token %d: argmax %d \"%s\" logit %.9g", t, ch.argmax,
