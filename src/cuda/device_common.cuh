@@ -28,6 +28,10 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
+__device__ __forceinline__ void prefetch_l2(const void* gmem) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(gmem));
+}
+
 __device__ __forceinline__ void prefetch_l2_bulk(const void* gmem, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
 }
@@ -124,20 +128,25 @@ static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* ct
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  if (tid < p.tc) {
+  const int nwarps = blockDim.x / 32;
+  // One warp per token, each lane a strided subset of the blocks, then a shuffle tree: best_merge of
+  // disjoint id sets is associative and commutative, so any grouping equals the sequential scan. (A
+  // single thread walking all blocks waited one L2 round trip per block: ~132 in a row per call.)
+  for (int j = tid >> 5; j < p.tc; j += nwarps) {
     PartialBest b = best_empty();
-    for (unsigned c = 0; c < gridDim.x; ++c) {
-      const PartialBest* src = &p.partials[c * kMaxTokens + p.t0 + tid];
+    for (unsigned c = tid & 31; c < gridDim.x; c += 32) {
+      const PartialBest* src = &p.partials[c * kMaxTokens + p.t0 + j];
       PartialBest o;
       o.max = __ldcg(&src->max);
       o.id = __ldcg(&src->id);
       o.count = __ldcg(&src->count);
       b = best_merge(b, o);
     }
-    cta_best[tid] = b;
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
+    if ((tid & 31) == 0) cta_best[j] = b;
   }
   __syncthreads();
-  const int nwarps = blockDim.x / 32;
   for (int j = 0; j < p.tc; ++j) {
     const int t = p.t0 + j;
     const PartialBest b = cta_best[j];

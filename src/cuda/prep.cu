@@ -98,6 +98,8 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
 
   // The hidden state sits in mapped host memory: issue every load of the token before using any,
   // so the block pays one PCIe round trip, not one per loop iteration.
+  // gamma's lines start towards L2 now, under the PCIe round trip of the hidden state.
+  for (int i = 32 * threadIdx.x; i < H; i += 32 * blockDim.x) prefetch_l2(p.gamma + i);
   constexpr int kBatch = 8;
   for (int base = threadIdx.x; base < H; base += kBatch * blockDim.x) {
     float v[kBatch];
@@ -145,11 +147,25 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
   }
   __syncthreads();
   const float scale = s_scale;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    const float y = __fmul_rn(xs[i], scale);
-    const float n = __fmul_rn(y, p.gamma[i]);
-    xs[i] = n;
-    if (p.normed_out) p.normed_out[size_t(t) * H + i] = n;
+  // gamma is usually out of L2 (the head streams ~1 GB through it every call): issue a batch of its
+  // loads before using any, so the block waits one memory round trip per batch, not per iteration.
+  for (int base = threadIdx.x; base < H; base += kBatch * blockDim.x) {
+    float gv[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * blockDim.x;
+      gv[u] = i < H ? p.gamma[i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * blockDim.x;
+      if (i < H) {
+        const float y = __fmul_rn(xs[i], scale);
+        const float n = __fmul_rn(y, gv[u]);
+        xs[i] = n;
+        if (p.normed_out) p.normed_out[size_t(t) * H + i] = n;
+      }
+    }
   }
   __syncthreads();
 

@@ -116,10 +116,24 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_lanes_kernel(const HeadParams 
   {
     constexpr int kChunks = kLanesBytes / 16;
     const int chunks = G * TT * kChunks;
-    for (int i = threadIdx.x; i < chunks; i += blockDim.x) {
-      const int c = i % kChunks, gt = i / kChunks, gi = gt / TT, t = gt - gi * TT;
-      reinterpret_cast<uint4*>(s_b)[i] =
-          reinterpret_cast<const uint4*>(p.act_lanes + (size_t(gi) * kLanesTokens + t) * kLanesBytes)[c];
+    // Every load of a batch is issued before any store, so a block waits a few L2 round trips for
+    // its activations, not one per loop iteration (this prologue is paid once per call, by all SMs).
+    constexpr int kBatch = 8;
+    for (int base = threadIdx.x; base < chunks; base += kBatch * blockDim.x) {
+      uint4 v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = base + u * blockDim.x;
+        if (i < chunks) {
+          const int c = i % kChunks, gt = i / kChunks, gi = gt / TT, t = gt - gi * TT;
+          v[u] = reinterpret_cast<const uint4*>(p.act_lanes + (size_t(gi) * kLanesTokens + t) * kLanesBytes)[c];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = base + u * blockDim.x;
+        if (i < chunks) reinterpret_cast<uint4*>(s_b)[i] = v[u];
+      }
     }
     for (int i = threadIdx.x; i < G * TT; i += blockDim.x) {
       const int gi = i / TT, t = i - gi * TT;

@@ -151,10 +151,26 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
   {
     constexpr int kChunksPerToken = kFragPitch / 16;  // 20
     const int frag_chunks = G * TS * kChunksPerToken;
-    for (int i = threadIdx.x; i < frag_chunks; i += blockDim.x) {
-      const int c = i % kChunksPerToken, gt = i / kChunksPerToken, gi = gt / TS, t = gt - gi * TS;
-      *reinterpret_cast<uint4*>(s_frag + (size_t(gi) * TS + t) * kFragPitch + 16 * c) =
-          *reinterpret_cast<const uint4*>(p.act_frag + (size_t(gi) * kMaxTokens + t) * kFragPitch + 16 * c);
+    // Loads of a batch issued before its stores: a few L2 round trips per block, not one per chunk.
+    constexpr int kBatch = 8;
+    for (int base = threadIdx.x; base < frag_chunks; base += kBatch * blockDim.x) {
+      uint4 v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = base + u * blockDim.x;
+        if (i < frag_chunks) {
+          const int c = i % kChunksPerToken, gt = i / kChunksPerToken, gi = gt / TS, t = gt - gi * TS;
+          v[u] = *reinterpret_cast<const uint4*>(p.act_frag + (size_t(gi) * kMaxTokens + t) * kFragPitch + 16 * c);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = base + u * blockDim.x;
+        if (i < frag_chunks) {
+          const int c = i % kChunksPerToken, gt = i / kChunksPerToken, gi = gt / TS, t = gt - gi * TS;
+          *reinterpret_cast<uint4*>(s_frag + (size_t(gi) * TS + t) * kFragPitch + 16 * c) = v[u];
+        }
+      }
     }
     for (int i = threadIdx.x; i < G * TS; i += blockDim.x) {
       const int gi = i / TS, t = i - gi * TS;
