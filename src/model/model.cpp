@@ -92,6 +92,10 @@ std::shared_ptr<const Model> Model::open(const std::string& path) {
                 " elements, the head's hidden size is " + std::to_string(c.hidden));
   impl->gamma.resize(c.hidden);
   std::memcpy(impl->gamma.data(), norm->data, c.hidden * sizeof(float));
+  for (int64_t i = 0; i < c.hidden; ++i)
+    if (!std::isfinite(impl->gamma[i]))
+      throw Error(path + ": tensor 'output_norm.weight' holds a non-finite value (" + std::to_string(impl->gamma[i]) +
+                  ") at index " + std::to_string(i));
 
   check_shape_key(f, c.architecture, "embedding_length", c.hidden, "hidden size");
   check_shape_key(f, c.architecture, "vocab_size", c.vocab, "vocabulary");

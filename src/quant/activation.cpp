@@ -1,5 +1,6 @@
 // Activation quantization (numerics.md §4): what one token's normed vector becomes before it meets
 // the head's weights, per head type and route.
+#include <algorithm>
 #include "quant/activation.hpp"
 
 #include <cmath>
@@ -138,7 +139,12 @@ void quantize_q8_0_activations(const float* x, int64_t n, block_q8_0* out) {
     // llama.cpp's AVX2 path scales by 127 / amax (not by the reciprocal of the rounded d) and
     // rounds half to even (_mm256_round_ps), unlike the weight quantizer's roundf.
     const float id = amax != 0 ? 127.0f / amax : 0.0f;
-    for (int j = 0; j < kQ8_0Block; ++j) out[i].qs[j] = int8_t(std::nearbyint(x[j] * id));
+    for (int j = 0; j < kQ8_0Block; ++j) {
+      // A subnormal amax makes id infinite. llama.cpp converts with _mm256_cvtps_epi32 (NaN and
+      // out-of-range give INT32_MIN) and packs with signed saturation: such values become -128.
+      const float v = std::nearbyint(x[j] * id);
+      out[i].qs[j] = std::fabs(v) < 2147483648.0f ? int8_t(std::clamp(int(v), -128, 127)) : int8_t(-128);
+    }
   }
 }
 
