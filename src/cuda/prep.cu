@@ -187,7 +187,10 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
         float amax = fabsf(v);
         for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
         const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-        const int q = __float2int_rn(__fmul_rn(v, id));
+        // A subnormal amax makes id infinite: out-of-range and NaN products become -128, as the
+        // CPU reference (llama.cpp's cvtps_epi32 + saturating packs) makes them.
+        const float r = __fmul_rn(v, id);
+        const int q = fabsf(r) < 2147483648.0f ? max(-128, min(127, __float2int_rn(r))) : -128;
         p.act_qs[(size_t(b / 8) * kMaxTokens + t) * kActPitch + 32 * (b % 8) + lane] = int8_t(q);
         if (lane == 0)
           p.act_d[size_t(b) * kMaxTokens + t] = quant::f16_to_f32(quant::f32_to_f16(__fdiv_rn(amax, 127.0f)));
