@@ -30,19 +30,51 @@ HeadView shard_view(const HeadView& head, int64_t first, int64_t last) {
 
 namespace {
 
-// Places a shard's [T, rows] block at columns [first, first + rows) of a [T, V] array.
 void place(std::vector<float>& all, const std::vector<float>& part, int tokens, int64_t V, int64_t first, int64_t rows) {
   if (part.empty()) return;
-  if (all.empty()) all.resize(size_t(tokens) * V);
+  if (all.empty()) all.resize(size_t(tokens) * size_t(V));
   for (int t = 0; t < tokens; ++t)
-    std::copy(part.begin() + t * rows, part.begin() + (t + 1) * rows, all.begin() + t * V + first);
+    std::copy(part.begin() + size_t(t) * size_t(rows), part.begin() + size_t(t + 1) * size_t(rows),
+              all.begin() + size_t(t) * size_t(V) + size_t(first));
 }
 
-void shift_ids(select::TokenSummary& s, int32_t by) {
-  if (s.argmax >= 0) s.argmax += by;
-  for (int32_t& id : s.tied_ids) id += by;
-  for (Candidate& c : s.top) c.id += by;
+}  // namespace
+
+void merge_shard_summaries(std::vector<select::TokenSummary>& into, std::vector<select::TokenSummary>& shard,
+                           int64_t first_id, int k) {
+  for (size_t t = 0; t < into.size(); ++t) {
+    select::TokenSummary& s = shard.at(t);
+    const int32_t by = int32_t(first_id);
+    if (s.argmax >= 0) s.argmax += by;
+    for (int32_t& id : s.tied_ids) id += by;
+    for (Candidate& c : s.top) c.id += by;
+    select::merge(into[t], s, k);
+  }
 }
+
+void place_shard_outputs(ForwardOutput& into, const ForwardOutput& shard, const ForwardRequest& req, int tokens,
+                         int64_t V, int64_t first, int64_t rows) {
+  place(into.logits, shard.logits, tokens, V, first, rows);
+  if (!req.want_stages) return;
+  place(into.stages.raw, shard.stages.raw, tokens, V, first, rows);
+  place(into.stages.scaled, shard.stages.scaled, tokens, V, first, rows);
+  place(into.stages.div, shard.stages.div, tokens, V, first, rows);
+  place(into.stages.tanh, shard.stages.tanh, tokens, V, first, rows);
+  place(into.stages.capped, shard.stages.capped, tokens, V, first, rows);
+  if (first == 0) into.stages.normed = shard.stages.normed;  // every shard normalizes the same input
+}
+
+void book_slowest_shard_times(std::vector<StageTime>& into, const std::vector<ForwardOutput>& shards) {
+  into.clear();
+  for (const ForwardOutput& o : shards)
+    for (const StageTime& st : o.times) {
+      auto it = std::find_if(into.begin(), into.end(), [&](const StageTime& x) { return x.label == st.label; });
+      if (it == into.end()) into.push_back(st);
+      else it->ms = std::max(it->ms, st.ms);
+    }
+}
+
+namespace {
 
 class ShardedBackend final : public Backend {
  public:
@@ -82,39 +114,18 @@ class ShardedBackend final : public Backend {
     const auto t1 = std::chrono::steady_clock::now();
 
     out.summaries.assign(tokens, {});
-    for (int s = 0; s < n; ++s)
-      for (int t = 0; t < tokens; ++t) {
-        select::TokenSummary part = outs[s].summaries.at(t);
-        shift_ids(part, int32_t(bounds_[s]));
-        select::merge(out.summaries[t], part, req.top_k);
-      }
-    std::vector<float> logits;
+    out.logits.clear();
+    out.stages = {};
     for (int s = 0; s < n; ++s) {
-      const int64_t rows = bounds_[s + 1] - bounds_[s];
-      place(logits, outs[s].logits, tokens, V, bounds_[s], rows);
-      if (req.want_stages) {
-        place(out.stages.raw, outs[s].stages.raw, tokens, V, bounds_[s], rows);
-        place(out.stages.scaled, outs[s].stages.scaled, tokens, V, bounds_[s], rows);
-        place(out.stages.div, outs[s].stages.div, tokens, V, bounds_[s], rows);
-        place(out.stages.tanh, outs[s].stages.tanh, tokens, V, bounds_[s], rows);
-        place(out.stages.capped, outs[s].stages.capped, tokens, V, bounds_[s], rows);
-      }
+      merge_shard_summaries(out.summaries, outs[s].summaries, bounds_[s], req.top_k);
+      place_shard_outputs(out, outs[s], shard_req, tokens, V, bounds_[s], bounds_[s + 1] - bounds_[s]);
     }
-    if (req.want_stages) out.stages.normed = outs[0].stages.normed;  // every shard normalizes the same input
     out.sum_exp.assign(req.logprobs ? tokens : 0, 0.0);
     for (int t = 0; t < int(out.sum_exp.size()); ++t)
-      out.sum_exp[t] = select::sum_exp(logits.data() + size_t(t) * V, V, out.summaries[t].max);
-    if (req.want_logits || req.want_stages) out.logits = std::move(logits);
+      out.sum_exp[t] = select::sum_exp(out.logits.data() + size_t(t) * V, V, out.summaries[t].max);
+    if (!req.want_logits && !req.want_stages) out.logits.clear();  // were only fetched for the logprobs
     const auto t2 = std::chrono::steady_clock::now();
-
-    // Shards run concurrently: each stage is booked at the slowest shard's time.
-    out.times.clear();
-    for (const ForwardOutput& o : outs)
-      for (const StageTime& st : o.times) {
-        auto it = std::find_if(out.times.begin(), out.times.end(), [&](const StageTime& x) { return x.label == st.label; });
-        if (it == out.times.end()) out.times.push_back(st);
-        else it->ms = std::max(it->ms, st.ms);
-      }
+    book_slowest_shard_times(out.times, outs);
     out.times.push_back({"exchange and merge", std::chrono::duration<double, std::milli>(t2 - t1).count()});
   }
 

@@ -19,6 +19,16 @@ std::vector<int64_t> plan_shards(int64_t vocab, int shards, int64_t align = sele
 // The head view of rows [first, last) of `head`.
 HeadView shard_view(const HeadView& head, int64_t first, int64_t last);
 
+// Host-side steps shared by every sharded backend (CPU shards here, GPU shards in src/cuda).
+// Folds a shard's per-token summaries (ids local to the shard, shifted here) into `into`.
+void merge_shard_summaries(std::vector<select::TokenSummary>& into, std::vector<select::TokenSummary>& shard,
+                           int64_t first_id, int k);
+// Places a shard's logits and, when asked, its stages at columns [first, first + rows) of [T, V].
+void place_shard_outputs(ForwardOutput& into, const ForwardOutput& shard, const ForwardRequest& req, int tokens,
+                         int64_t V, int64_t first, int64_t rows);
+// Shards run concurrently: each stage label is booked at the slowest shard's time.
+void book_slowest_shard_times(std::vector<StageTime>& into, const std::vector<ForwardOutput>& shards);
+
 using ShardFactory = std::function<std::unique_ptr<Backend>(const HeadView& shard, int index)>;
 
 // Runs every shard (concurrently, one host thread each) and merges: argmax / ties / top-k through

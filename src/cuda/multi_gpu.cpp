@@ -123,20 +123,6 @@ class ShardPool {
   bool stop_ = false;
 };
 
-void place(std::vector<float>& all, const std::vector<float>& part, int tokens, int64_t V, int64_t first, int64_t rows) {
-  if (part.empty()) return;
-  if (all.empty()) all.resize(size_t(tokens) * size_t(V));
-  for (int t = 0; t < tokens; ++t)
-    std::copy(part.begin() + size_t(t) * size_t(rows), part.begin() + size_t(t + 1) * size_t(rows),
-              all.begin() + size_t(t) * size_t(V) + size_t(first));
-}
-
-void shift_ids(select::TokenSummary& s, int32_t by) {
-  if (s.argmax >= 0) s.argmax += by;
-  for (int32_t& id : s.tied_ids) id += by;
-  for (Candidate& c : s.top) c.id += by;
-}
-
 double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
@@ -166,11 +152,7 @@ class MultiGpuBackend final : public Backend {
 
     out.summaries.assign(size_t(tokens), {});
     for (int s = 0; s < n; ++s)
-      for (int t = 0; t < tokens; ++t) {
-        select::TokenSummary& part = outs_[size_t(s)].summaries.at(size_t(t));
-        shift_ids(part, int32_t(bounds_[size_t(s)]));
-        select::merge(out.summaries[size_t(t)], part, req.top_k);
-      }
+      merge_shard_summaries(out.summaries, outs_[size_t(s)].summaries, bounds_[size_t(s)], req.top_k);
     const auto t2 = std::chrono::steady_clock::now();
 
     out.sum_exp.assign(req.logprobs ? size_t(tokens) : 0, 0.0);
@@ -197,29 +179,12 @@ class MultiGpuBackend final : public Backend {
     out.logits.clear();
     out.stages = {};
     if (req.want_logits || req.want_stages)
-      for (int s = 0; s < n; ++s) {
-        const int64_t first = bounds_[size_t(s)], rows = bounds_[size_t(s) + 1] - first;
-        const ForwardOutput& o = outs_[size_t(s)];
-        place(out.logits, o.logits, tokens, V, first, rows);
-        if (req.want_stages) {
-          place(out.stages.raw, o.stages.raw, tokens, V, first, rows);
-          place(out.stages.scaled, o.stages.scaled, tokens, V, first, rows);
-          place(out.stages.div, o.stages.div, tokens, V, first, rows);
-          place(out.stages.tanh, o.stages.tanh, tokens, V, first, rows);
-          place(out.stages.capped, o.stages.capped, tokens, V, first, rows);
-        }
-      }
-    if (req.want_stages) out.stages.normed = outs_[0].stages.normed;  // every shard normalizes the same input
+      for (int s = 0; s < n; ++s)
+        place_shard_outputs(out, outs_[size_t(s)], req, tokens, V, bounds_[size_t(s)],
+                            bounds_[size_t(s) + 1] - bounds_[size_t(s)]);
     const auto t4 = std::chrono::steady_clock::now();
 
-    // Shards run concurrently: each stage is booked at the slowest shard's time.
-    out.times.clear();
-    for (const ForwardOutput& o : outs_)
-      for (const StageTime& st : o.times) {
-        auto it = std::find_if(out.times.begin(), out.times.end(), [&](const StageTime& x) { return x.label == st.label; });
-        if (it == out.times.end()) out.times.push_back(st);
-        else it->ms = std::max(it->ms, st.ms);
-      }
+    book_slowest_shard_times(out.times, outs_);
     out.times.push_back({"exchange: merge of per-shard summaries", ms_between(t1, t2)});
     if (req.logprobs) out.times.push_back({"exchange: logprob chunk sums against the global max", ms_between(t2, t3)});
     if (req.want_logits || req.want_stages) out.times.push_back({"gather of logits (asked for)", ms_between(t3, t4)});
