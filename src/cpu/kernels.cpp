@@ -1,5 +1,7 @@
 #include "cpu/kernels.hpp"
 
+#include <cpuid.h>
+
 #include <algorithm>
 
 #include "quant/activation.hpp"
@@ -38,9 +40,15 @@ KernelSet scalar_set() {
   return k;
 }
 
+// F16C through CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports has no "f16c".
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+}
+
 bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 
 bool cpu_has_avx512() {
