@@ -268,6 +268,16 @@ class CudaBackend final : public Backend {
   void upload_weights() {
     const int64_t V = head_.vocab;
     const uint64_t total = uint64_t(V) * uint64_t(layout_.row_stride);
+    // Refuse up front, with the numbers, a head the device cannot hold (rather than a bare
+    // out-of-memory from cudaMalloc halfway through the buffers). The logits and activation
+    // buffers come on top: count 10 % of the head plus 64 MiB for them.
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const uint64_t needed = total + total / 10 + (uint64_t(64) << 20);
+    if (needed > free_bytes)
+      throw Error("the " + std::string(tensor_type_name(head_.type)) + " head does not fit on the GPU: it needs about " +
+                  std::to_string(needed) + " bytes (weights " + std::to_string(total) + " + working buffers), but only " +
+                  std::to_string(free_bytes) + " of " + std::to_string(total_bytes) + " bytes are free");
     weights_.reset(total + 256);  // tail slack: 16-byte loads past the last row stay inside
     if (layout_.aux_d) aux_.reset(size_t(V) * layout_.groups);
     const bool progress = total > (uint64_t(256) << 20);
