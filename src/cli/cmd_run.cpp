@@ -1,5 +1,7 @@
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -70,6 +72,8 @@ int run(const RunArgs& a) {
   if (hidden.hidden != c.hidden)
     throw Error("hidden state '" + a.hidden + "' has " + std::to_string(hidden.hidden) +
                 " values per token, the model's hidden size is " + std::to_string(c.hidden));
+  // The default top-k of 5 shrinks to fit a smaller vocabulary.
+  opts.top_k = static_cast<int>(std::min<int64_t>(opts.top_k, c.vocab));
   Engine engine(model, a.backend.engine_options());
   const RunResult r = engine.run(hidden.values, int(hidden.tokens), opts);
 
