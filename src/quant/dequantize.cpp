@@ -11,9 +11,11 @@
 namespace lmhead::quant {
 namespace {
 
-void dequantize_q4_K(const block_q4_K* blocks, float* y, int64_t nb) {
+// Q4_K and Q5_K share the scale/min layout and the formula; only the level decoding differs.
+template <class Block, int (*Level)(const Block&, int)>
+void dequantize_k_scale_min(const Block* blocks, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
-    const block_q4_K& b = blocks[i];
+    const Block& b = blocks[i];
     const float d = f16_to_f32(b.d);
     const float dmin = f16_to_f32(b.dmin);
     for (int j = 0; j < 8; ++j) {
@@ -21,26 +23,18 @@ void dequantize_q4_K(const block_q4_K* blocks, float* y, int64_t nb) {
       k_scale_min(b.scales, j, sc, m);
       const float scale = d * float(sc);
       const float min = dmin * float(m);
-      for (int e = 32 * j; e < 32 * j + 32; ++e) y[e] = scale * float(q4k_level(b, e)) - min;
+      for (int e = 32 * j; e < 32 * j + 32; ++e) y[e] = scale * float(Level(b, e)) - min;
     }
     y += kSuperBlock;
   }
 }
 
+void dequantize_q4_K(const block_q4_K* blocks, float* y, int64_t nb) {
+  dequantize_k_scale_min<block_q4_K, q4k_level>(blocks, y, nb);
+}
+
 void dequantize_q5_K(const block_q5_K* blocks, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const block_q5_K& b = blocks[i];
-    const float d = f16_to_f32(b.d);
-    const float dmin = f16_to_f32(b.dmin);
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      k_scale_min(b.scales, j, sc, m);
-      const float scale = d * float(sc);
-      const float min = dmin * float(m);
-      for (int e = 32 * j; e < 32 * j + 32; ++e) y[e] = scale * float(q5k_level(b, e)) - min;
-    }
-    y += kSuperBlock;
-  }
+  dequantize_k_scale_min<block_q5_K, q5k_level>(blocks, y, nb);
 }
 
 void dequantize_q6_K(const block_q6_K* blocks, float* y, int64_t nb) {
