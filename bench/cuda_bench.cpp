@@ -127,12 +127,14 @@ Timing time_forward(Backend& b, int T, int runs, const ForwardRequest& req) {
 
 }  // namespace
 
-// --profile MODE: six calls of one configuration, for ncu (mma1, mma16, gen1).
+// --profile MODE: six calls of one configuration, for ncu (mma1 = the default kernel at T=1, i.e.
+// the stream kernel; lanes1 = the lanes kernel; mma16; gen1).
 int profile(const std::string& mode) {
   Head q5 = make_head(TensorType::Q5_K, 1);
   auto gpu = make_cuda_backend(q5.view, 1);
   cuda::Tuning t;
   t.use_mma = mode != "gen1";
+  t.stream_kernel = mode != "lanes1";
   cuda::set_tuning(*gpu, t);
   const int T = mode == "mma16" ? 16 : 1;
   const std::vector<float> hidden = make_hidden(T, 3);
@@ -166,7 +168,7 @@ int main(int argc, char** argv) {
     {
       ForwardRequest lr;
       lr.want_logits = true;
-      for (int T : {1, 16}) {
+      for (int T : {1, 3, 4, 16}) {
         const std::vector<float> hidden = make_hidden(T, 5 + T);
         ForwardOutput a, b;
         cuda::Tuning t;
@@ -177,8 +179,8 @@ int main(int argc, char** argv) {
         gpu->forward(hidden.data(), T, lr, b);
         size_t diff = 0;
         for (size_t i = 0; i < a.logits.size(); ++i) diff += std::memcmp(&a.logits[i], &b.logits[i], 4) != 0;
-        std::printf("check T=%d: mma vs generic capped logits: %zu of %zu differ; argmax %d vs %d\n", T, diff,
-                    a.logits.size(), a.summaries[0].argmax, b.summaries[0].argmax);
+        std::printf("check T=%d: %s vs generic capped logits: %zu of %zu differ; argmax %d vs %d\n", T,
+                    T <= 4 ? "stream" : "mma", diff, a.logits.size(), a.summaries[0].argmax, b.summaries[0].argmax);
       }
     }
 
@@ -190,15 +192,24 @@ int main(int argc, char** argv) {
       t.mma_warps = warps; t.stage_events = events; t.pdl = pdl; t.prefetch_l2 = prefetch;
       cfgs.push_back({name, t});
     };
-    add("w8 events", 8, true, false, false);
+    // "wN" is the tokens-in-N kernel's warps (T > 4); "s W/P" the stream kernel's warps (T <= 2)
+    // and the pairs of blocks each warp prefetches into L2.
+    auto stream_cfg = [&](const char* name, int warps, int prefetch) {
+      add(name, 12, false, true, false);
+      cfgs.back().t.stream_warps = warps;
+      cfgs.back().t.stream_prefetch = prefetch;
+    };
     add("w12 events", 12, true, false, false);
-    add("w16 events", 16, true, false, false);
     add("w8 pdl", 8, false, true, false);
     add("w12 pdl", 12, false, true, false);
-    add("w16 pdl", 16, false, true, false);
-    add("w12 pdl prefetch", 12, false, true, true);
-    add("w16 pdl no-lanes", 16, false, true, false);
-    cfgs.back().t.lanes_kernel = false;
+    add("w12 pdl no-stream", 12, false, true, false);
+    cfgs.back().t.stream_kernel = false;
+    stream_cfg("w12 pdl s16/0", 16, 0);
+    stream_cfg("w12 pdl s16/1", 16, 1);
+    stream_cfg("w12 pdl s16/4", 16, 4);
+    stream_cfg("w12 pdl s16/8", 16, 8);
+    stream_cfg("w12 pdl s8/2", 8, 2);
+    stream_cfg("w12 pdl s8/4", 8, 4);
     int best_cfg = 0;
     double best_score = 1e30;
     std::printf("\n-- tuning sweep (Q5_K q8 route, nodes cap, argmax; medians of %d calls) --\n", runs);
@@ -206,7 +217,7 @@ int main(int argc, char** argv) {
       try {
         cuda::set_tuning(*gpu, cfgs[i].t);
         double score = 0;
-        for (int T : {1, 4, 16}) {
+        for (int T : {1, 2, 4, 16}) {
           const Timing tm = time_forward(*gpu, T, runs, req);
           std::printf("%-20s T=%-2d wall %.4f ms  gpu %.4f ms  head %.4f ms  ratio(wall) %.3f\n", cfgs[i].name, T,
                       tm.wall_ms, tm.gpu_ms, tm.head_ms, bytes / (tm.wall_ms * 1e6) / ceiling);
@@ -231,16 +242,17 @@ int main(int argc, char** argv) {
     std::printf("best configuration: %s\n", cfgs[size_t(best_cfg)].name);
 
     // Main figures with the best configuration, and its stage split with events on.
-    struct Row { int T; double wall, gpu, gbps, ratio; };
+    struct Row { int T; double wall, gpu, gbps, ratio; std::string kernel; };
     std::vector<Row> rows;
     std::printf("\n-- Q5_K head, whole tail with argmax, %s --\n", cfgs[size_t(best_cfg)].name);
-    for (int T : {1, 2, 4, 8, 16}) {
+    for (int T : {1, 2, 3, 4, 5, 8, 16}) {
       cuda::set_tuning(*gpu, cfgs[size_t(best_cfg)].t);
       const Timing tm = time_forward(*gpu, T, runs, req);
       const double gbps = bytes / (tm.wall_ms * 1e6);
-      rows.push_back({T, tm.wall_ms, tm.gpu_ms, gbps, gbps / ceiling});
-      std::printf("ratio %.3f | T=%-2d | %.4f ms (gpu %.4f ms) | %.0f B | %.1f GB/s | ceiling %.1f GB/s\n",
-                  gbps / ceiling, T, tm.wall_ms, tm.gpu_ms, bytes, gbps, ceiling);
+      const std::string kernel = cuda::last_call(*gpu).kernel;
+      rows.push_back({T, tm.wall_ms, tm.gpu_ms, gbps, gbps / ceiling, kernel});
+      std::printf("ratio %.3f | T=%-2d | %.4f ms (gpu %.4f ms) | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n",
+                  gbps / ceiling, T, tm.wall_ms, tm.gpu_ms, bytes, gbps, ceiling, kernel.c_str());
       cuda::Tuning ev = cfgs[size_t(best_cfg)].t;
       ev.stage_events = true;
       cuda::set_tuning(*gpu, ev);
@@ -286,9 +298,10 @@ int main(int argc, char** argv) {
     }
     const double ceiling_after = measure_cuda_read_ceiling_gbps(uint64_t(4) << 30);
 
-    std::printf("\n| head | T | ratio | wall ms | GPU ms | GB/s | ceiling GB/s |\n|---|---|---|---|---|---|---|\n");
+    std::printf("\n| head | T | ratio | wall ms | GPU ms | GB/s | ceiling GB/s | kernel |\n|---|---|---|---|---|---|---|---|\n");
     for (const Row& r : rows)
-      std::printf("| q5_K | %d | %.3f | %.4f | %.4f | %.1f | %.1f |\n", r.T, r.ratio, r.wall, r.gpu, r.gbps, ceiling);
+      std::printf("| q5_K | %d | %.3f | %.4f | %.4f | %.1f | %.1f | %s |\n", r.T, r.ratio, r.wall, r.gpu, r.gbps, ceiling,
+                  r.kernel.c_str());
     for (const Other& o : others)
       std::printf("| %s | 1 | %.3f | %.4f | | %.1f | %.1f |\n", std::string(tensor_type_name(o.type)).c_str(), o.ratio,
                   o.wall, o.bytes / (o.wall * 1e6), ceiling);

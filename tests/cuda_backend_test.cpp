@@ -184,16 +184,18 @@ TEST(CudaBackend, Q5KMatchesScalarForEveryTokenCount) {
   for (int T = 1; T <= 16; ++T) {
     const std::vector<float> hidden = random_hidden(T, 512, rng);
     const ForwardOutput ref = run(*scalar, hidden, T, req);
-    for (int variant = 0; variant < 3; ++variant) {  // lanes kernel (T <= 2), tokens-in-N kernel, generic
-      const bool mma = variant < 2;
-      tuning.use_mma = mma;
-      tuning.lanes_kernel = variant == 0;
-      if (variant == 0 && T > 2) continue;
+    // stream kernel (T <= 4), lanes kernel (T <= 2), tokens-in-N kernel, generic
+    for (int variant = 0; variant < 4; ++variant) {
+      tuning.stream_kernel = variant == 0;
+      tuning.lanes_kernel = variant == 1;
+      tuning.use_mma = variant < 3;
+      if (variant == 0 && T > cuda::Tuning{}.stream_max_tokens) continue;
+      if (variant == 1 && T > 2) continue;
       cuda::set_tuning(*gpu, tuning);
       for (int rep = 0; rep < 2; ++rep) {  // the first call runs directly, the second replays the graph
         const ForwardOutput got = run(*gpu, hidden, T, req);
         const cuda::CallInfo info = cuda::last_call(*gpu);
-        EXPECT_EQ(info.kernel, variant == 0 ? "q5k_lanes" : mma ? "q5k_mma" : "generic");
+        EXPECT_EQ(info.kernel, variant == 0 ? "q5k_stream" : variant == 1 ? "q5k_lanes" : variant == 2 ? "q5k_mma" : "generic");
         EXPECT_TRUE(info.guards_intact) << "a kernel wrote outside the logits";
         expect_same(ref, got, req, "Q5_K T=" + std::to_string(T) + " kernel " + info.kernel + " rep " + std::to_string(rep));
       }
@@ -226,6 +228,47 @@ TEST(CudaBackend, Q5KMmaConfigurationsAgree) {
         const ForwardOutput got = run(*gpu, hidden, T, req);
         EXPECT_TRUE(cuda::last_call(*gpu).guards_intact);
         expect_same(ref, got, req, "T=" + std::to_string(T) + " warps " + std::to_string(c.warps));
+      }
+    }
+  }
+}
+
+// The stream kernel over its knobs, on shapes that exercise its edges: an odd number of
+// super-blocks per row (the last pair has no odd block), one super-block per row, vocabularies
+// that end inside a 16-row tile, and tiles handed out dynamically to many warps.
+TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 11);
+  const struct { int64_t V, H; } shapes[] = {{4099, 768}, {1, 256}, {17, 512}, {70001, 1280}, {3000, 256}};
+  for (const auto& sh : shapes) {
+    const RandomHead head = random_head(TensorType::Q5_K, sh.V, sh.H, rng);
+    auto scalar = make_scalar_backend(head.view);
+    auto gpu = make_cuda_backend(head.view, 1);
+    ForwardRequest req;
+    req.want_logits = true;
+    req.top_k = int(std::min<int64_t>(5, sh.V));
+    const struct { int warps, prefetch; bool pdl, events; } configs[] = {
+        {16, 2, true, false}, {8, 0, true, true}, {16, 7, false, false}, {8, 1, true, false}};
+    for (int T = 1; T <= 4; ++T) {
+      const std::vector<float> hidden = random_hidden(T, sh.H, rng);
+      const ForwardOutput ref = run(*scalar, hidden, T, req);
+      for (const auto& c : configs) {
+        cuda::Tuning t;
+        t.stream_warps = c.warps;
+        t.stream_prefetch = c.prefetch;
+        t.pdl = c.pdl;
+        t.stage_events = c.events;
+        t.check_guards = true;
+        cuda::set_tuning(*gpu, t);
+        for (int rep = 0; rep < 2; ++rep) {
+          const ForwardOutput got = run(*gpu, hidden, T, req);
+          const cuda::CallInfo info = cuda::last_call(*gpu);
+          EXPECT_EQ(info.kernel, "q5k_stream");
+          EXPECT_TRUE(info.guards_intact) << "the stream kernel wrote outside the logits";
+          expect_same(ref, got, req,
+                      "V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
+                          " warps " + std::to_string(c.warps) + " prefetch " + std::to_string(c.prefetch));
+        }
       }
     }
   }
@@ -305,13 +348,13 @@ TEST(CudaBackend, SaturatedCapTies) {
   auto gpu = make_cuda_backend(head.view, 1);
   ForwardRequest req;
   req.top_k = 20;
-  for (int variant = 0; variant < 3; ++variant) {
-    const bool mma = variant < 2;
+  for (int variant = 0; variant < 4; ++variant) {  // stream, lanes, tokens-in-N, generic
     cuda::Tuning t;
-    t.use_mma = mma;
-    t.lanes_kernel = variant == 0;
+    t.stream_kernel = variant == 0;
+    t.lanes_kernel = variant == 1;
+    t.use_mma = variant < 3;
     cuda::set_tuning(*gpu, t);
-    for (int T : {1, 2, 12}) {
+    for (int T : {1, 2, 3, 12}) {
       const std::vector<float> hidden = random_hidden(T, 256, rng);
       const ForwardOutput ref = run(*scalar, hidden, T, req);
       const ForwardOutput got = run(*gpu, hidden, T, req);
@@ -431,11 +474,12 @@ TEST(CudaBackend, GoldenFilesByteForByte) {
     };
     const std::vector<float> hidden = tensor("hidden");
     const int T = int(hidden.size() / size_t(c.hidden));
-    for (int variant = 0; variant < 3; ++variant) {
+    for (int variant = 0; variant < 4; ++variant) {  // stream, lanes, tokens-in-N, generic
       auto gpu = make_cuda_backend(h, 1);
       cuda::Tuning t;
-      t.use_mma = variant < 2;
-      t.lanes_kernel = variant == 0;
+      t.stream_kernel = variant == 0;
+      t.lanes_kernel = variant == 1;
+      t.use_mma = variant < 3;
       cuda::set_tuning(*gpu, t);
       ForwardRequest req;
       req.want_stages = true;

@@ -20,6 +20,7 @@
 #include "cuda/device_memory.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/multi_gpu.hpp"
+#include "cuda/stream_layout.hpp"
 #include "quant/activation.hpp"
 
 namespace lmhead {
@@ -34,6 +35,7 @@ struct Shape {
   int T = 0;
   bool mma = false;
   bool lanes = false;  // the T <= 2 tensor-core kernel with the float lanes in N
+  bool stream = false; // the T <= 4 kernel that streams the weights into registers
   bool float_route = false;
   ActFormat format = ActFormat::q8_K;
   int cap_mode = kScaleOnly;
@@ -44,9 +46,9 @@ struct Shape {
 
   std::string key(const Tuning& t) const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "T%d m%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d", T, mma, lanes, float_route,
+    std::snprintf(buf, sizeof buf, "T%d m%d%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d %d", T, mma, lanes, stream, float_route,
                   int(format), cap_mode, k, logprobs, logits, stages, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
-                  t.stage_events, t.force_sequential_norm);
+                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_prefetch);
     return buf;
   }
 };
@@ -123,7 +125,7 @@ class CudaBackend final : public Backend {
     std::memcpy(hidden_.host(), hidden, size_t(tokens) * size_t(H) * sizeof(float));
     const std::string key = shape.key(tuning_);
     last_ = CallInfo{};
-    last_.kernel = shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
+    last_.kernel = shape.stream ? "q5k_stream" : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
     last_.tokens = tokens;
     // One graph replay per call, timed by events around it (and, with stage events, by event
     // nodes between its stages). The first call of a shape runs directly (it also sets the
@@ -248,6 +250,10 @@ class CudaBackend final : public Backend {
             q5k_mma_supported(mc) && q5k_mma_smem(layout_.groups, tokens, mc) + 8192 <= size_t(smem_optin_);
     s.lanes = s.mma && tuning_.lanes_kernel && tokens <= kLanesTokens &&
               q5k_lanes_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
+    s.stream = tuning_.stream_kernel && stream_weights_.size() > 0 && s.format == ActFormat::q8_K &&
+               tokens <= std::min(tuning_.stream_max_tokens, kStreamMaxTokens) &&
+               q5k_stream_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
+    if (s.stream) s.mma = s.lanes = false;
     const CapParams cp = cap_params(head_, req.softcap);
     s.cap_mode = cp.cap == 0.0f ? kScaleOnly : (req.softcap == SoftcapRoute::fused ? kCapFused : kCapNodes);
     s.k = req.top_k;
@@ -274,11 +280,15 @@ class CudaBackend final : public Backend {
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     const uint64_t needed = total + total / 10 + (uint64_t(64) << 20);
+    // A Q5_K head is kept a second time in the stream layout when the device has room for it.
+    const uint64_t stream_total = uint64_t(V) * uint64_t(stream::row_stride(layout_.groups));
+    const bool keep_stream = head_.type == TensorType::Q5_K && needed + stream_total <= free_bytes;
     if (needed > free_bytes)
       throw Error("the " + std::string(tensor_type_name(head_.type)) + " head does not fit on the GPU: it needs about " +
                   std::to_string(needed) + " bytes (weights " + std::to_string(total) + " + working buffers), but only " +
                   std::to_string(free_bytes) + " of " + std::to_string(total_bytes) + " bytes are free");
     weights_.reset(total + 256);  // tail slack: 16-byte loads past the last row stay inside
+    if (keep_stream) stream_weights_.reset(stream_total + 1024);  // slack for the L2 prefetch of the last pair
     if (layout_.aux_d) aux_.reset(size_t(V) * layout_.groups);
     const bool progress = total > (uint64_t(256) << 20);
     const bool same_bytes = head_.type == TensorType::Q4_K || head_.type == TensorType::Q5_K;
@@ -303,6 +313,16 @@ class CudaBackend final : public Backend {
         if (layout_.aux_d)
           CUDA_CHECK(cudaMemcpy(aux_.get() + size_t(r0) * size_t(layout_.groups), aux_staging.data(),
                                 aux_staging.size() * 2, cudaMemcpyHostToDevice));
+      }
+      if (keep_stream) {
+        const int64_t sstride = stream::row_stride(layout_.groups);
+        staging.resize(size_t(n) * size_t(sstride));
+        for (int64_t r = 0; r < n; ++r) {
+          const uint8_t* src = head_.weights + uint64_t(r0 + r) * head_.row_bytes;
+          stream::transcode_row(src, layout_.groups, staging.data() + size_t(r) * size_t(sstride));
+        }
+        CUDA_CHECK(cudaMemcpy(stream_weights_.get() + uint64_t(r0) * uint64_t(sstride), staging.data(),
+                              staging.size(), cudaMemcpyHostToDevice));
       }
       if (progress) {
         const int pct = int(100 * (r0 + n) / V);
@@ -396,7 +416,14 @@ class CudaBackend final : public Backend {
     hp.max_out = max_out_.get();
     hp.prefetch_l2 = tuning_.prefetch_l2 ? 1 : 0;
     const bool pdl = tuning_.pdl && !tuning_.stage_events;
-    if (s.lanes) {
+    hp.stream_weights = stream_weights_.get();
+    hp.stream_row_stride = stream::row_stride(layout_.groups);
+    hp.stream_prefetch = tuning_.stream_prefetch;
+    if (s.stream) {
+      hp.t0 = 0;
+      hp.tc = s.T;
+      launch_q5k_stream(hp, tuning_.stream_warps, pdl, num_sms_, stream_);
+    } else if (s.lanes) {
       hp.t0 = 0;
       hp.tc = s.T;
       launch_q5k_lanes(hp, pdl, num_sms_, stream_);
@@ -513,7 +540,8 @@ class CudaBackend final : public Backend {
       }
     }
     const bool copies = s.k > 0 || s.logprobs || s.logits || s.stages;
-    const std::string head_label = s.mma ? "head+scale+cap+argmax (fused, int8 tensor cores)"
+    const std::string head_label = s.stream ? "head+scale+cap+argmax (fused, int8 tensor cores, streamed weights)"
+                                   : s.mma ? "head+scale+cap+argmax (fused, int8 tensor cores)"
                                          : "head+scale+cap+argmax (fused, " +
                                                std::to_string((s.T + kGenericTokens - 1) / kGenericTokens) +
                                                " pass(es) of the generic kernel)";
@@ -543,6 +571,7 @@ class CudaBackend final : public Backend {
   std::map<std::string, cudaGraphExec_t> graphs_;
 
   DeviceArray<uint8_t> weights_;
+  DeviceArray<uint8_t> stream_weights_;  // Q5_K only: the stream layout (empty when it does not fit)
   DeviceArray<uint16_t> aux_;
   DeviceArray<float> gamma_;
   DeviceArray<int8_t> act_qs_;
@@ -581,6 +610,12 @@ void set_tuning(Backend& backend, const Tuning& tuning) {
   mc.warps = tuning.mma_warps;
   if (!q5k_mma_supported(mc))
     throw Error("no MMA kernel is built for " + std::to_string(tuning.mma_warps) + " warps per block");
+  if (tuning.stream_warps != 8 && tuning.stream_warps != 16)
+    throw Error("the stream kernel is built for 8 or 16 warps per block, not " + std::to_string(tuning.stream_warps));
+  if (tuning.stream_max_tokens < 0 || tuning.stream_max_tokens > kStreamMaxTokens)
+    throw Error("the stream kernel runs up to " + std::to_string(kStreamMaxTokens) + " tokens");
+  if (tuning.stream_prefetch < 0 || tuning.stream_prefetch > 64)
+    throw Error("stream_prefetch must be 0..64 pairs of blocks");
   c.tuning_ = tuning;
 }
 Tuning get_tuning(Backend& backend) { return as_cuda(backend).tuning_; }

@@ -11,6 +11,10 @@ struct Tuning {
   bool use_mma = true;              // Q5_K q8 route on the tensor cores (else the generic kernel)
   int mma_warps = 12;               // warps per block of the MMA kernel for T = 3..8 (8, 12, 16; T > 8 uses 8)
   bool lanes_kernel = true;         // T <= 2: the kernel with the eight float lanes in the MMA's N
+  bool stream_kernel = true;        // Q5_K, T <= stream_max_tokens: weights streamed into registers
+  int stream_max_tokens = 4;        // 1..4
+  int stream_warps = 16;            // T <= 2: 8 or 16 warps per block (T = 3, 4 use 8)
+  int stream_prefetch = 2;          // pairs of blocks each warp prefetches into L2 ahead (0: none)
   bool pdl = true;                  // programmatic dependent launch prep -> head (only without stage events)
   bool prefetch_l2 = false;         // bulk-prefetch each warp's first tile into L2 while the prep runs
   bool stage_events = true;         // CUDA event nodes between the stages (norm, head, select, download)
@@ -20,7 +24,7 @@ struct Tuning {
 };
 
 struct CallInfo {
-  std::string kernel;               // "q5k_lanes", "q5k_mma" or "generic"
+  std::string kernel;               // "q5k_stream", "q5k_lanes", "q5k_mma" or "generic"
   int tokens = 0;
   int norm_path[16] = {};           // per token: 0 bounded parallel sum decided, 1 sequential chain
   bool graph_replayed = false;

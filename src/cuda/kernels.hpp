@@ -88,6 +88,9 @@ struct HeadParams {
   TokenResult* results = nullptr;    // [kMaxTokens] mapped host memory
   float* max_out = nullptr;          // [kMaxTokens] device copy of each token's max
   int prefetch_l2 = 0;               // bulk-prefetch each warp's first tile into L2 before waiting
+  const uint8_t* stream_weights = nullptr;  // Q5_K in the stream layout (stream_layout.hpp)
+  int64_t stream_row_stride = 0;
+  int stream_prefetch = 0;           // stream kernel: pairs of blocks prefetched into L2 ahead (0: none)
 };
 
 struct MmaConfig {
@@ -106,6 +109,11 @@ size_t q5k_mma_smem(int groups, int tokens, const MmaConfig& cfg);
 // The Q5_K q8-route head for T <= 2 with the eight float lanes in the MMA's N (see q5k_lanes.cu).
 void launch_q5k_lanes(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream);
 size_t q5k_lanes_smem(int groups, int tokens);
+// The Q5_K q8-route head for T <= kStreamMaxTokens, weights streamed into registers from the
+// stream layout (see q5k_stream.cu).
+constexpr int kStreamMaxTokens = 4;
+void launch_q5k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
+size_t q5k_stream_smem(int groups, int tokens);
 // Every head type on both routes, one thread per row, tokens in passes of 4.
 constexpr int kGenericTokens = 4;
 void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, int num_sms,
