@@ -247,15 +247,18 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
     ForwardRequest req;
     req.want_logits = true;
     req.top_k = int(std::min<int64_t>(5, sh.V));
-    const struct { int warps, prefetch; bool pdl, events; } configs[] = {
-        {16, 2, true, false}, {8, 0, true, true}, {16, 7, false, false}, {8, 1, true, false}};
+    const struct { int warps, prefetch; bool pdl, events, wide; } configs[] = {
+        {16, 2, true, false, false}, {8, 0, true, true, true}, {16, 7, false, false, false}, {8, 1, true, false, false},
+        {16, 0, true, false, true}};
     for (int T = 1; T <= 4; ++T) {
       const std::vector<float> hidden = random_hidden(T, sh.H, rng);
       const ForwardOutput ref = run(*scalar, hidden, T, req);
       for (const auto& c : configs) {
         cuda::Tuning t;
+        t.stream_max_tokens = 4;
         t.stream_warps = c.warps;
         t.stream_prefetch = c.prefetch;
+        t.stream_wide = c.wide;
         t.pdl = c.pdl;
         t.stage_events = c.events;
         t.check_guards = true;

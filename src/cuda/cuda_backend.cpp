@@ -48,7 +48,7 @@ struct Shape {
     char buf[256];
     std::snprintf(buf, sizeof buf, "T%d m%d%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d %d", T, mma, lanes, stream, float_route,
                   int(format), cap_mode, k, logprobs, logits, stages, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
-                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_prefetch);
+                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_prefetch * 2 + t.stream_wide);
     return buf;
   }
 };
@@ -419,6 +419,7 @@ class CudaBackend final : public Backend {
     hp.stream_weights = stream_weights_.get();
     hp.stream_row_stride = stream::row_stride(layout_.groups);
     hp.stream_prefetch = tuning_.stream_prefetch;
+    hp.stream_wide = tuning_.stream_wide ? 1 : 0;
     if (s.stream) {
       hp.t0 = 0;
       hp.tc = s.T;

@@ -12,9 +12,10 @@ struct Tuning {
   int mma_warps = 12;               // warps per block of the MMA kernel for T = 3..8 (8, 12, 16; T > 8 uses 8)
   bool lanes_kernel = true;         // T <= 2: the kernel with the eight float lanes in the MMA's N
   bool stream_kernel = true;        // Q5_K, T <= stream_max_tokens: weights streamed into registers
-  int stream_max_tokens = 4;        // 1..4
+  int stream_max_tokens = 2;        // 0..4 (T = 3, 4 measured slower than the tokens-in-N kernel)
   int stream_warps = 16;            // T <= 2: 8 or 16 warps per block (T = 3, 4 use 8)
-  int stream_prefetch = 2;          // pairs of blocks each warp prefetches into L2 ahead (0: none)
+  int stream_prefetch = 0;          // pairs of blocks each warp prefetches into L2 ahead (0: none)
+  bool stream_wide = false;         // L2::256B hint on the stream kernel's weight loads
   bool pdl = true;                  // programmatic dependent launch prep -> head (only without stage events)
   bool prefetch_l2 = false;         // bulk-prefetch each warp's first tile into L2 while the prep runs
   bool stage_events = true;         // CUDA event nodes between the stages (norm, head, select, download)

@@ -91,6 +91,7 @@ struct HeadParams {
   const uint8_t* stream_weights = nullptr;  // Q5_K in the stream layout (stream_layout.hpp)
   int64_t stream_row_stride = 0;
   int stream_prefetch = 0;           // stream kernel: pairs of blocks prefetched into L2 ahead (0: none)
+  int stream_wide = 0;               // stream kernel: L2::256B hint on the weight loads
 };
 
 struct MmaConfig {

@@ -42,15 +42,25 @@ __device__ __forceinline__ void mma_lanes(int (&d)[4], uint32_t a0, uint32_t a1,
 
 // Weights are read once: no L1 allocation. The header goes through L1, because the even block's
 // header load brings in the 32-byte sector that the odd block's header load reads next.
+// kWide adds the L2::256B hint: L2 fetches 256-byte blocks from DRAM (fewer, larger requests).
+template <bool kWide>
 __device__ __forceinline__ uint4 ldg_once128(const void* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  if constexpr (kWide)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
+template <bool kWide>
 __device__ __forceinline__ uint2 ldg_once64(const void* p) {
   uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  if constexpr (kWide)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 __device__ __forceinline__ uint4 ldg_header(const void* p) {
@@ -67,21 +77,21 @@ struct Item {
   uint4 h[2];
 };
 
-template <int kParity>
+template <int kParity, bool kWide>
 __device__ __forceinline__ void load_item(Item& it, const uint8_t* const (&rows)[2], int sb, int q) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const uint8_t* b = rows[r] + sb * stream::kBlockBytes;
     if (kParity == 0) {
-      it.lo[r] = ldg_once128(b + stream::kEvenLo + 16 * q);
-      it.hi[r] = ldg_once128(b + stream::kEvenHi + 16 * q);
-      it.qh[r] = ldg_once64(b + stream::kEvenQh + 8 * q);
+      it.lo[r] = ldg_once128<kWide>(b + stream::kEvenLo + 16 * q);
+      it.hi[r] = ldg_once128<kWide>(b + stream::kEvenHi + 16 * q);
+      it.qh[r] = ldg_once64<kWide>(b + stream::kEvenQh + 8 * q);
       it.h[r] = ldg_header(b + stream::kEvenHeader);
     } else {
       it.h[r] = ldg_header(b + stream::kOddHeader);
-      it.qh[r] = ldg_once64(b + stream::kOddQh + 8 * q);
-      it.hi[r] = ldg_once128(b + stream::kOddHi + 16 * q);
-      it.lo[r] = ldg_once128(b + stream::kOddLo + 16 * q);
+      it.qh[r] = ldg_once64<kWide>(b + stream::kOddQh + 8 * q);
+      it.hi[r] = ldg_once128<kWide>(b + stream::kOddHi + 16 * q);
+      it.lo[r] = ldg_once128<kWide>(b + stream::kOddLo + 16 * q);
     }
   }
 }
@@ -178,7 +188,7 @@ size_t smem_bytes(int groups, int tt) {
   return kZeroWords * 4 + items * (stream::kActWords * 4 + 16) + (items + 3) / 4 * 16;
 }
 
-template <int TT, int NW>
+template <int TT, int NW, bool kWide>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ PartialBest s_best[NW][kMaxTokens];
@@ -214,15 +224,22 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
       rows[r] = weights + row * stride;
     }
   };
-  auto prefetch = [&](int tile, int pair) {  // one pair of blocks of 16 rows into L2
+  // One pair of blocks of 16 rows into L2, `stream_prefetch` pairs ahead of the register loads:
+  // lane l takes block l / 16 of row l % 16, one prefetch per 128-byte line it touches. (A bulk
+  // prefetch per row was slower: its operands must be warp-uniform, so the compiler loops over the
+  // lanes.)
+  auto prefetch = [&](int tile, int pair) {
     if (p.stream_prefetch <= 0) return;
     int pf_pair = pair + p.stream_prefetch, pf_tile = tile;
     if (pf_pair >= pairs) { pf_pair -= pairs; pf_tile = next_tile; }
-    if (pf_pair >= pairs || pf_tile >= ntiles || lane >= kTileRows) return;
-    const int64_t row = int64_t(pf_tile) * kTileRows + lane;
-    if (row >= V) return;
-    const int bytes = (2 * pf_pair + 1 < G ? 2 : 1) * stream::kBlockBytes;
-    prefetch_l2_bulk(weights + row * stride + int64_t(pf_pair) * 2 * stream::kBlockBytes, uint32_t(bytes));
+    if (pf_pair >= pairs || pf_tile >= ntiles) return;
+    const int64_t row = int64_t(pf_tile) * kTileRows + (lane & 15);
+    const int blk = 2 * pf_pair + (lane >> 4);
+    if (row >= V || blk >= G) return;
+    const uint8_t* b = weights + row * stride + int64_t(blk) * stream::kBlockBytes;
+    prefetch_l2(b);
+    prefetch_l2(b + 128);
+    prefetch_l2(b + stream::kBlockBytes - 1);
   };
   auto advance = [&]() {
     if (++load_pair == pairs) {
@@ -238,8 +255,8 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
   int item_tile = load_tile, item_pair = 0;
   set_rows(load_tile);
   if (load_tile < ntiles) {
-    load_item<0>(even, rows, 0, q);
-    if (1 < G) load_item<1>(odd, rows, 1, q);
+    load_item<0, kWide>(even, rows, 0, q);
+    if (1 < G) load_item<1, kWide>(odd, rows, 1, q);
     prefetch(load_tile, 0);
   }
   advance();
@@ -305,11 +322,11 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
     const int tile = item_tile, pair = item_pair;
     compute_item<TT>(even, 2 * pair, s_act, s_zero, s_yd, s_bsp, act_off0, act_off1, acc, summs);
     const bool loading = load_tile < ntiles;
-    if (loading) load_item<0>(even, rows, 2 * load_pair, q);
+    if (loading) load_item<0, kWide>(even, rows, 2 * load_pair, q);
     if (2 * pair + 1 < G)
       compute_item<TT>(odd, 2 * pair + 1, s_act, s_zero, s_yd, s_bsp, act_off0, act_off1, acc, summs);
     if (loading) {
-      if (2 * load_pair + 1 < G) load_item<1>(odd, rows, 2 * load_pair + 1, q);
+      if (2 * load_pair + 1 < G) load_item<1, kWide>(odd, rows, 2 * load_pair + 1, q);
       prefetch(load_tile, load_pair);
     }
     item_tile = load_tile;
@@ -355,9 +372,9 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
   publish_and_finalize(p, s_cta);
 }
 
-template <int TT, int NW>
+template <int TT, int NW, bool kWide>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  auto kernel = q5k_stream_kernel<TT, NW>;
+  auto kernel = q5k_stream_kernel<TT, NW, kWide>;
   static OncePerDevice configured;
   configured.run([&](int device) {
     int optin = 0;
@@ -377,15 +394,16 @@ void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stre
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
+template <bool kWide>
 void launch_tokens(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
   const bool w16 = warps >= 16;
   switch (p.T) {
-    case 1: return w16 ? launch_config<1, 16>(p, pdl, num_sms, stream)
-                       : launch_config<1, 8>(p, pdl, num_sms, stream);
-    case 2: return w16 ? launch_config<2, 16>(p, pdl, num_sms, stream)
-                       : launch_config<2, 8>(p, pdl, num_sms, stream);
-    case 3: return launch_config<3, 8>(p, pdl, num_sms, stream);
-    default: return launch_config<4, 8>(p, pdl, num_sms, stream);
+    case 1: return w16 ? launch_config<1, 16, kWide>(p, pdl, num_sms, stream)
+                       : launch_config<1, 8, kWide>(p, pdl, num_sms, stream);
+    case 2: return w16 ? launch_config<2, 16, kWide>(p, pdl, num_sms, stream)
+                       : launch_config<2, 8, kWide>(p, pdl, num_sms, stream);
+    case 3: return launch_config<3, 8, kWide>(p, pdl, num_sms, stream);
+    default: return launch_config<4, 8, kWide>(p, pdl, num_sms, stream);
   }
 }
 
@@ -395,7 +413,8 @@ size_t q5k_stream_smem(int groups, int tokens) { return smem_bytes(groups, token
 
 void launch_q5k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
   if (p.T < 1 || p.T > kStreamMaxTokens) throw Error("launch_q5k_stream: 1 to 4 tokens per call");
-  launch_tokens(p, warps, pdl, num_sms, stream);
+  if (p.stream_wide) launch_tokens<true>(p, warps, pdl, num_sms, stream);
+  else launch_tokens<false>(p, warps, pdl, num_sms, stream);
 }
 
 }  // namespace lmhead::cuda
