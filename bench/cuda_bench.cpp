@@ -196,21 +196,26 @@ int main(int argc, char** argv) {
     // and the pairs of blocks each warp prefetches into L2.
     auto stream_cfg = [&](const char* name, int warps, int prefetch, bool wide = false) {
       add(name, 12, false, true, false);
+      cfgs.back().t.stream_tma = false;
       cfgs.back().t.stream_warps = warps;
       cfgs.back().t.stream_prefetch = prefetch;
       cfgs.back().t.stream_wide = wide;
     };
+    auto tma_cfg = [&](const char* name, int ring, int max_tokens) {
+      add(name, 12, false, true, false);
+      cfgs.back().t.tma_ring = ring;
+      cfgs.back().t.stream_max_tokens = max_tokens;
+    };
     add("w12 events", 12, true, false, false);
-    add("w8 pdl", 8, false, true, false);
     add("w12 pdl", 12, false, true, false);
     add("w12 pdl no-stream", 12, false, true, false);
     cfgs.back().t.stream_kernel = false;
-    stream_cfg("w12 pdl s16/0 wide", 16, 0, true);
-    stream_cfg("w12 pdl s16/1", 16, 1);
-    stream_cfg("w12 pdl s16/2", 16, 2);
-    stream_cfg("w12 pdl s16/4", 16, 4);
-    stream_cfg("w12 pdl s16/2 wide", 16, 2, true);
-    stream_cfg("w12 pdl s8/2", 8, 2);
+    stream_cfg("w12 pdl regs wide", 16, 0, true);
+    stream_cfg("w12 pdl regs", 16, 0, false);
+    tma_cfg("w12 pdl tma16x3", 1, 2);
+    tma_cfg("w12 pdl tma12x5", 2, 2);
+    tma_cfg("w12 pdl tma8x8", 3, 2);
+    tma_cfg("w12 pdl tma16x4 T4", 0, 4);
     int best_cfg = 0;
     double best_score = 1e30;
     std::printf("\n-- tuning sweep (Q5_K q8 route, nodes cap, argmax; medians of %d calls) --\n", runs);

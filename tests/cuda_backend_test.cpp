@@ -184,18 +184,21 @@ TEST(CudaBackend, Q5KMatchesScalarForEveryTokenCount) {
   for (int T = 1; T <= 16; ++T) {
     const std::vector<float> hidden = random_hidden(T, 512, rng);
     const ForwardOutput ref = run(*scalar, hidden, T, req);
-    // stream kernel (T <= 4), lanes kernel (T <= 2), tokens-in-N kernel, generic
-    for (int variant = 0; variant < 4; ++variant) {
-      tuning.stream_kernel = variant == 0;
-      tuning.lanes_kernel = variant == 1;
-      tuning.use_mma = variant < 3;
-      if (variant == 0 && T > cuda::Tuning{}.stream_max_tokens) continue;
-      if (variant == 1 && T > 2) continue;
+    // TMA and register stream kernels (T <= 4), lanes kernel (T <= 2), tokens-in-N kernel, generic
+    static const char* const kNames[] = {"q5k_tma", "q5k_stream", "q5k_lanes", "q5k_mma", "generic"};
+    for (int variant = 0; variant < 5; ++variant) {
+      tuning.stream_kernel = variant <= 1;
+      tuning.stream_tma = variant == 0;
+      tuning.stream_max_tokens = 4;
+      tuning.lanes_kernel = variant == 2;
+      tuning.use_mma = variant < 4;
+      if (variant <= 1 && T > 4) continue;
+      if (variant == 2 && T > 2) continue;
       cuda::set_tuning(*gpu, tuning);
       for (int rep = 0; rep < 2; ++rep) {  // the first call runs directly, the second replays the graph
         const ForwardOutput got = run(*gpu, hidden, T, req);
         const cuda::CallInfo info = cuda::last_call(*gpu);
-        EXPECT_EQ(info.kernel, variant == 0 ? "q5k_stream" : variant == 1 ? "q5k_lanes" : variant == 2 ? "q5k_mma" : "generic");
+        EXPECT_EQ(info.kernel, kNames[variant]);
         EXPECT_TRUE(info.guards_intact) << "a kernel wrote outside the logits";
         expect_same(ref, got, req, "Q5_K T=" + std::to_string(T) + " kernel " + info.kernel + " rep " + std::to_string(rep));
       }
@@ -247,15 +250,19 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
     ForwardRequest req;
     req.want_logits = true;
     req.top_k = int(std::min<int64_t>(5, sh.V));
-    const struct { int warps, prefetch; bool pdl, events, wide; } configs[] = {
-        {16, 2, true, false, false}, {8, 0, true, true, true}, {16, 7, false, false, false}, {8, 1, true, false, false},
-        {16, 0, true, false, true}};
+    // ring >= 0: the TMA kernel with that ring; -1: the register kernel with warps / prefetch / wide.
+    const struct { int ring, warps, prefetch; bool pdl, events, wide; } configs[] = {
+        {0, 16, 0, true, false, true},   {1, 16, 0, true, true, true},    {2, 16, 0, false, false, true},
+        {3, 16, 0, true, false, true},   {-1, 16, 2, true, false, false}, {-1, 8, 0, true, true, true},
+        {-1, 16, 7, false, false, false}, {-1, 16, 0, true, false, true}};
     for (int T = 1; T <= 4; ++T) {
       const std::vector<float> hidden = random_hidden(T, sh.H, rng);
       const ForwardOutput ref = run(*scalar, hidden, T, req);
       for (const auto& c : configs) {
         cuda::Tuning t;
         t.stream_max_tokens = 4;
+        t.stream_tma = c.ring >= 0;
+        t.tma_ring = c.ring >= 0 ? c.ring : 0;
         t.stream_warps = c.warps;
         t.stream_prefetch = c.prefetch;
         t.stream_wide = c.wide;
@@ -266,11 +273,12 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
         for (int rep = 0; rep < 2; ++rep) {
           const ForwardOutput got = run(*gpu, hidden, T, req);
           const cuda::CallInfo info = cuda::last_call(*gpu);
-          EXPECT_EQ(info.kernel, "q5k_stream");
-          EXPECT_TRUE(info.guards_intact) << "the stream kernel wrote outside the logits";
+          EXPECT_EQ(info.kernel, c.ring >= 0 ? "q5k_tma" : "q5k_stream");
+          EXPECT_TRUE(info.guards_intact) << info.kernel << " wrote outside the logits";
           expect_same(ref, got, req,
                       "V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
-                          " warps " + std::to_string(c.warps) + " prefetch " + std::to_string(c.prefetch));
+                          " ring " + std::to_string(c.ring) + " warps " + std::to_string(c.warps) + " prefetch " +
+                          std::to_string(c.prefetch));
         }
       }
     }
@@ -351,11 +359,13 @@ TEST(CudaBackend, SaturatedCapTies) {
   auto gpu = make_cuda_backend(head.view, 1);
   ForwardRequest req;
   req.top_k = 20;
-  for (int variant = 0; variant < 4; ++variant) {  // stream, lanes, tokens-in-N, generic
+  for (int variant = 0; variant < 5; ++variant) {  // TMA, register stream, lanes, tokens-in-N, generic
     cuda::Tuning t;
-    t.stream_kernel = variant == 0;
-    t.lanes_kernel = variant == 1;
-    t.use_mma = variant < 3;
+    t.stream_kernel = variant <= 1;
+    t.stream_tma = variant == 0;
+    t.stream_max_tokens = 4;
+    t.lanes_kernel = variant == 2;
+    t.use_mma = variant < 4;
     cuda::set_tuning(*gpu, t);
     for (int T : {1, 2, 3, 12}) {
       const std::vector<float> hidden = random_hidden(T, 256, rng);
@@ -477,12 +487,14 @@ TEST(CudaBackend, GoldenFilesByteForByte) {
     };
     const std::vector<float> hidden = tensor("hidden");
     const int T = int(hidden.size() / size_t(c.hidden));
-    for (int variant = 0; variant < 4; ++variant) {  // stream, lanes, tokens-in-N, generic
+    for (int variant = 0; variant < 5; ++variant) {  // TMA, register stream, lanes, tokens-in-N, generic
       auto gpu = make_cuda_backend(h, 1);
       cuda::Tuning t;
-      t.stream_kernel = variant == 0;
-      t.lanes_kernel = variant == 1;
-      t.use_mma = variant < 3;
+      t.stream_kernel = variant <= 1;
+      t.stream_tma = variant == 0;
+      t.stream_max_tokens = 4;
+      t.lanes_kernel = variant == 2;
+      t.use_mma = variant < 4;
       cuda::set_tuning(*gpu, t);
       ForwardRequest req;
       req.want_stages = true;

@@ -4,7 +4,9 @@
 // into mapped host memory), then only what the request asks for (top-k lists, sums of
 // exponentials, logits, stages). Every number is byte-identical to the scalar backend's, except
 // sum_exp, whose exp() is CUDA's (see docs/cuda.md).
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -35,7 +37,8 @@ struct Shape {
   int T = 0;
   bool mma = false;
   bool lanes = false;  // the T <= 2 tensor-core kernel with the float lanes in N
-  bool stream = false; // the T <= 4 kernel that streams the weights into registers
+  bool stream = false; // the T <= 4 kernels that read the stream layout (registers or TMA)
+  bool tma = false;    // ... through shared memory with the TMA unit
   bool float_route = false;
   ActFormat format = ActFormat::q8_K;
   int cap_mode = kScaleOnly;
@@ -46,9 +49,9 @@ struct Shape {
 
   std::string key(const Tuning& t) const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "T%d m%d%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d %d", T, mma, lanes, stream, float_route,
+    std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, float_route,
                   int(format), cap_mode, k, logprobs, logits, stages, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
-                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_prefetch * 2 + t.stream_wide);
+                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_prefetch * 2 + t.stream_wide, t.tma_ring);
     return buf;
   }
 };
@@ -80,6 +83,7 @@ class CudaBackend final : public Backend {
     for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreate(&e));
 
     upload_weights();
+    make_tensor_map();
     const int64_t H = head.hidden, V = head.vocab;
     gamma_.reset(size_t(H));
     CUDA_CHECK(cudaMemcpy(gamma_.get(), head.gamma, size_t(H) * 4, cudaMemcpyHostToDevice));
@@ -125,7 +129,7 @@ class CudaBackend final : public Backend {
     std::memcpy(hidden_.host(), hidden, size_t(tokens) * size_t(H) * sizeof(float));
     const std::string key = shape.key(tuning_);
     last_ = CallInfo{};
-    last_.kernel = shape.stream ? "q5k_stream" : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
+    last_.kernel = shape.tma ? "q5k_tma" : shape.stream ? "q5k_stream" : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
     last_.tokens = tokens;
     // One graph replay per call, timed by events around it (and, with stage events, by event
     // nodes between its stages). The first call of a shape runs directly (it also sets the
@@ -254,6 +258,8 @@ class CudaBackend final : public Backend {
                tokens <= std::min(tuning_.stream_max_tokens, kStreamMaxTokens) &&
                q5k_stream_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
     if (s.stream) s.mma = s.lanes = false;
+    s.tma = s.stream && tuning_.stream_tma && has_tensor_map_ &&
+            q5k_tma_smem(layout_.groups, tokens, tuning_.tma_ring) + 2048 <= size_t(smem_optin_);
     const CapParams cp = cap_params(head_, req.softcap);
     s.cap_mode = cp.cap == 0.0f ? kScaleOnly : (req.softcap == SoftcapRoute::fused ? kCapFused : kCapNodes);
     s.k = req.top_k;
@@ -333,6 +339,29 @@ class CudaBackend final : public Backend {
         }
       }
     }
+  }
+
+  // The TMA kernel's view of the stream layout. The encoder is a driver entry point (no link
+  // against libcuda); without it, or if the driver refuses the map, the register kernel runs.
+  void make_tensor_map() {
+    if (stream_weights_.size() == 0) return;
+    PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess || encode == nullptr) {
+      cudaGetLastError();
+      return;
+    }
+    const uint64_t stride = uint64_t(stream::row_stride(layout_.groups));
+    const cuuint64_t dims[2] = {cuuint64_t(stride), cuuint64_t(head_.vocab)};
+    const cuuint64_t strides[1] = {cuuint64_t(stride)};
+    const cuuint32_t box[2] = {cuuint32_t(stream::kBlockBytes), 16};
+    const cuuint32_t element_strides[2] = {1, 1};
+    const CUresult r = encode(&tensor_map_, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, stream_weights_.get(), dims, strides, box,
+                              element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    has_tensor_map_ = r == CUDA_SUCCESS;
   }
 
   // Lazily sized buffers of the optional outputs. A reallocation invalidates captured graphs.
@@ -420,7 +449,11 @@ class CudaBackend final : public Backend {
     hp.stream_row_stride = stream::row_stride(layout_.groups);
     hp.stream_prefetch = tuning_.stream_prefetch;
     hp.stream_wide = tuning_.stream_wide ? 1 : 0;
-    if (s.stream) {
+    if (s.tma) {
+      hp.t0 = 0;
+      hp.tc = s.T;
+      launch_q5k_tma(hp, &tensor_map_, tuning_.tma_ring, pdl, num_sms_, stream_);
+    } else if (s.stream) {
       hp.t0 = 0;
       hp.tc = s.T;
       launch_q5k_stream(hp, tuning_.stream_warps, pdl, num_sms_, stream_);
@@ -541,7 +574,8 @@ class CudaBackend final : public Backend {
       }
     }
     const bool copies = s.k > 0 || s.logprobs || s.logits || s.stages;
-    const std::string head_label = s.stream ? "head+scale+cap+argmax (fused, int8 tensor cores, streamed weights)"
+    const std::string head_label = s.tma ? "head+scale+cap+argmax (fused, int8 tensor cores, TMA-staged weights)"
+                                   : s.stream ? "head+scale+cap+argmax (fused, int8 tensor cores, streamed weights)"
                                    : s.mma ? "head+scale+cap+argmax (fused, int8 tensor cores)"
                                          : "head+scale+cap+argmax (fused, " +
                                                std::to_string((s.T + kGenericTokens - 1) / kGenericTokens) +
@@ -573,6 +607,8 @@ class CudaBackend final : public Backend {
 
   DeviceArray<uint8_t> weights_;
   DeviceArray<uint8_t> stream_weights_;  // Q5_K only: the stream layout (empty when it does not fit)
+  CUtensorMap tensor_map_{};             // over stream_weights_: rows x row bytes, box 16 x 176
+  bool has_tensor_map_ = false;
   DeviceArray<uint16_t> aux_;
   DeviceArray<float> gamma_;
   DeviceArray<int8_t> act_qs_;
@@ -615,6 +651,8 @@ void set_tuning(Backend& backend, const Tuning& tuning) {
     throw Error("the stream kernel is built for 8 or 16 warps per block, not " + std::to_string(tuning.stream_warps));
   if (tuning.stream_max_tokens < 0 || tuning.stream_max_tokens > kStreamMaxTokens)
     throw Error("the stream kernel runs up to " + std::to_string(kStreamMaxTokens) + " tokens");
+  if (tuning.tma_ring < 0 || tuning.tma_ring >= q5k_tma_rings())
+    throw Error("the TMA kernel has ring configurations 0.." + std::to_string(q5k_tma_rings() - 1));
   if (tuning.stream_prefetch < 0 || tuning.stream_prefetch > 64)
     throw Error("stream_prefetch must be 0..64 pairs of blocks");
   c.tuning_ = tuning;

@@ -15,7 +15,9 @@ struct Tuning {
   int stream_max_tokens = 2;        // 0..4 (T = 3, 4 measured slower than the tokens-in-N kernel)
   int stream_warps = 16;            // T <= 2: 8 or 16 warps per block (T = 3, 4 use 8)
   int stream_prefetch = 0;          // pairs of blocks each warp prefetches into L2 ahead (0: none)
-  bool stream_wide = false;         // L2::256B hint on the stream kernel's weight loads
+  bool stream_wide = true;          // L2::256B hint on the stream kernel's weight loads
+  bool stream_tma = true;           // stage the stream layout through shared memory with the TMA unit
+  int tma_ring = 0;                 // TMA kernel, T <= 2: 0 = 16 warps x 4 stages, 1 = 16 x 3, 2 = 12 x 5, 3 = 8 x 8
   bool pdl = true;                  // programmatic dependent launch prep -> head (only without stage events)
   bool prefetch_l2 = false;         // bulk-prefetch each warp's first tile into L2 while the prep runs
   bool stage_events = true;         // CUDA event nodes between the stages (norm, head, select, download)
@@ -25,7 +27,7 @@ struct Tuning {
 };
 
 struct CallInfo {
-  std::string kernel;               // "q5k_stream", "q5k_lanes", "q5k_mma" or "generic"
+  std::string kernel;               // "q5k_tma", "q5k_stream", "q5k_lanes", "q5k_mma" or "generic"
   int tokens = 0;
   int norm_path[16] = {};           // per token: 0 bounded parallel sum decided, 1 sequential chain
   bool graph_replayed = false;

@@ -115,6 +115,12 @@ size_t q5k_lanes_smem(int groups, int tokens);
 constexpr int kStreamMaxTokens = 4;
 void launch_q5k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
 size_t q5k_stream_smem(int groups, int tokens);
+// The same for T <= kStreamMaxTokens with the weights staged by the TMA unit (see q5k_tma.cu):
+// tensor_map is a CUtensorMap over the stream layout (rows x row bytes, box 16 x 176); ring picks
+// warps and stages per block (0 .. q5k_tma_rings() - 1).
+void launch_q5k_tma(const HeadParams& p, const void* tensor_map, int ring, bool pdl, int num_sms, cudaStream_t stream);
+size_t q5k_tma_smem(int groups, int tokens, int ring);
+int q5k_tma_rings();
 // Every head type on both routes, one thread per row, tokens in passes of 4.
 constexpr int kGenericTokens = 4;
 void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, int num_sms,

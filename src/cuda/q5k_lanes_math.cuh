@@ -1,0 +1,234 @@
+#pragma once
+// The arithmetic of one 16-row item (one super-block of a tile) with the eight float lanes in the
+// MMA's N, shared by the two kernels that read the Q5_K stream layout: q5k_stream.cu (weights
+// streamed into registers) and q5k_tma.cu (weights staged in shared memory by the TMA unit).
+// Byte-identical to numerics.md §5; see q5k_lanes.cu for why the lanes are N.
+#include <cuda_runtime.h>
+
+#include "cuda/device_common.cuh"
+#include "cuda/stream_layout.hpp"
+
+namespace lmhead::cuda {
+namespace lanes_math {
+
+constexpr int kTileRows = 16;
+constexpr int kZeroWords = 48;  // a zero run plus the 32-word stride to its second half
+
+__device__ __forceinline__ void mma_lanes(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+
+// One item's registers for rows g and g + 8: qs words (p0, k), (p0, k+4), (p1, k), (p1, k+4) in
+// lo, the same for p2, p3 in hi, qh words k and k + 4 in qh, the header in h (k = q).
+struct Item {
+  uint4 lo[2], hi[2];
+  uint2 qh[2];
+  uint4 h[2];
+};
+
+// d and dmin: the hardware conversion is exact for every non-NaN half; a NaN scale makes the
+// product below a NaN, and the GPU's arithmetic returns its canonical NaN whatever the payload,
+// so f16_exact's payload handling would buy nothing here.
+__device__ __forceinline__ float f16_scale(uint32_t h16) {
+  return __half2float(__ushort_as_half(uint16_t(h16 & 0xFFFFu)));
+}
+
+// The activations in dynamic shared memory: a zero run, then per (super-block, token) the q8 bytes
+// in lane runs (64 words), the sub-block sums in int16 pairs, and y.d.
+inline size_t act_smem_bytes(int groups, int tt) {
+  const size_t items = size_t(groups) * tt;
+  return kZeroWords * 4 + items * (stream::kActWords * 4 + 16) + (items + 3) / 4 * 16;
+}
+
+template <int TT>
+struct ActSmem {
+  uint32_t* zero;  // [kZeroWords]
+  uint32_t* act;   // [G][TT][64]
+  uint4* bsp;      // [G][TT]
+  float* yd;       // [G][TT]
+  int items;
+  __device__ ActSmem(uint8_t* smem, int groups) {
+    items = groups * TT;
+    zero = reinterpret_cast<uint32_t*>(smem);
+    act = zero + kZeroWords;
+    bsp = reinterpret_cast<uint4*>(act + size_t(items) * stream::kActWords);
+    yd = reinterpret_cast<float*>(bsp + items);
+  }
+};
+
+// Fills ActSmem from the prep kernel's output (after pdl_wait; the caller synchronises the block).
+// q8 bytes 32j + 4k .. 32j + 4k + 3 (word (j, k)) go to word (j / 4) * 32 + k * 4 + j % 4 of the
+// item's run: each lane k's words for sub-blocks 0..3 and 4..7 become 16-byte runs. Every load of a
+// batch is issued before any store (one L2 round trip per batch, paid once per call).
+template <int TT>
+__device__ void stage_activations(const HeadParams& p, uint8_t* smem) {
+  const ActSmem<TT> a(smem, p.groups);
+  for (int i = threadIdx.x; i < kZeroWords; i += blockDim.x) a.zero[i] = 0;
+  constexpr int kBatch = 4;
+  const int chunks = a.items * 16;
+  for (int base = threadIdx.x; base < chunks; base += kBatch * blockDim.x) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * blockDim.x;
+      if (i < chunks) {
+        const int c = i & 15, it = i >> 4, sb = it / TT, t = it - sb * TT;
+        v[u] = reinterpret_cast<const uint4*>(p.act_qs + (size_t(sb) * kMaxTokens + t) * kActPitch)[c];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = base + u * blockDim.x;
+      if (i < chunks) {
+        const int c = i & 15, it = i >> 4;
+        const int j = c >> 1, k0 = 4 * (c & 1);
+        uint32_t* dst = a.act + it * stream::kActWords + (j >> 2) * 32 + (j & 3);
+        dst[(k0 + 0) * 4] = v[u].x;
+        dst[(k0 + 1) * 4] = v[u].y;
+        dst[(k0 + 2) * 4] = v[u].z;
+        dst[(k0 + 3) * 4] = v[u].w;
+      }
+    }
+  }
+  for (int i = threadIdx.x; i < a.items; i += blockDim.x) {
+    const int sb = i / TT, t = i - sb * TT;
+    a.yd[i] = p.act_d[size_t(sb) * kMaxTokens + t];
+    a.bsp[i] = *reinterpret_cast<const uint4*>(p.act_bsp + (size_t(sb) * kMaxTokens + t) * 4);
+  }
+}
+
+// act_off0 / act_off1: the B slots this thread owns (b0 carries lane g's words when g == q, b1 when
+// g == q + 4; -1 otherwise, and the thread reads zeros).
+template <int TT>
+__device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSmem<TT>& a, int act_off0, int act_off1,
+                                             float (&acc)[TT][2][2], float (&summs)[TT][2]) {
+  float dq[TT][2];
+  uint32_t sc_lo[2], sc_hi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint4 h = it.h[r];
+    const float d = f16_scale(h.x), dmin = f16_scale(h.x >> 16);
+    const uint32_t mlo = h.z & 0x3F3F3F3Fu;
+    const uint32_t mhi = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+    sc_lo[r] = h.y & 0x3F3F3F3Fu;
+    sc_hi[r] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+#pragma unroll
+    for (int t = 0; t < TT; ++t) {
+      const float yd = a.yd[sb * TT + t];
+      const uint4 bs = a.bsp[sb * TT + t];
+      dq[t][r] = __fmul_rn(yd, d);
+      const float dm = __fmul_rn(-yd, dmin);
+      int im = __dp2a_lo(int(bs.x), int(mlo), kMagicBits);
+      im = __dp2a_hi(int(bs.y), int(mlo), im);
+      im = __dp2a_lo(int(bs.z), int(mhi), im);
+      im = __dp2a_hi(int(bs.w), int(mhi), im);
+      summs[t][r] = __fmaf_rn(dm, __fsub_rn(__int_as_float(im), kMagic), summs[t][r]);
+    }
+  }
+
+  // B: words of lane k = g for sub-blocks 0..3 and 4..7 (slot b0 when g == q, b1 when g == q + 4).
+  uint4 b0[TT][2], b1[TT][2];
+#pragma unroll
+  for (int t = 0; t < TT; ++t) {
+    const uint32_t* run = a.act + (sb * TT + t) * stream::kActWords;
+    const uint32_t* p0 = act_off0 >= 0 ? run + act_off0 : a.zero;
+    const uint32_t* p1 = act_off1 >= 0 ? run + act_off1 : a.zero;
+    b0[t][0] = lds128(p0);
+    b0[t][1] = lds128(p0 + 32);
+    b1[t][0] = lds128(p1);
+    b1[t][1] = lds128(p1 + 32);
+  }
+
+  int isum[TT][2][2];
+#pragma unroll
+  for (int t = 0; t < TT; ++t)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) isum[t][r][0] = isum[t][r][1] = 0;
+
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    constexpr uint32_t kLow = 0x0F0F0F0Fu;
+    const int p = j >> 1;
+    uint32_t wq[2], wq4[2];  // rows g, g + 8: lane q and lane q + 4 of sub-block j
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint4& src = p < 2 ? it.lo[r] : it.hi[r];
+      const uint32_t qs_q = word_of(src, 2 * (p & 1)), qs_q4 = word_of(src, 2 * (p & 1) + 1);
+      wq[r] = ((qs_q >> (4 * (j & 1))) & kLow) | (((it.qh[r].x >> j) & 0x01010101u) << 4);
+      wq4[r] = ((qs_q4 >> (4 * (j & 1))) & kLow) | (((it.qh[r].y >> j) & 0x01010101u) << 4);
+    }
+    const int s0 = int(__byte_perm((j < 4) ? sc_lo[0] : sc_hi[0], 0u, 0x4440u | unsigned(j & 3)));
+    const int s1 = int(__byte_perm((j < 4) ? sc_lo[1] : sc_hi[1], 0u, 0x4440u | unsigned(j & 3)));
+#pragma unroll
+    for (int t = 0; t < TT; ++t) {
+      int dd[4];
+      mma_lanes(dd, wq[0], wq[1], wq4[0], wq4[1], word_of(b0[t][j >> 2], j & 3), word_of(b1[t][j >> 2], j & 3));
+      isum[t][0][0] += s0 * dd[0];
+      isum[t][0][1] += s0 * dd[1];
+      isum[t][1][0] += s1 * dd[2];
+      isum[t][1][1] += s1 * dd[3];
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < TT; ++t)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        acc[t][r][c] = __fmaf_rn(dq[t][r], __int2float_rn(isum[t][r][c]), acc[t][r][c]);
+}
+
+// After a tile's last super-block: the eight lanes of each row meet (shuffles within the quad),
+// hsum + summs give the raw logit, then scale, cap, store and the running argmax.
+template <int TT>
+__device__ __forceinline__ void finish_tile(const HeadParams& p, int tile, int lane, float (&acc)[TT][2][2],
+                                            float (&summs)[TT][2], PartialBest (&best)[TT]) {
+  const int g = lane >> 2, q = lane & 3, V = p.vocab;
+#pragma unroll
+  for (int t = 0; t < TT; ++t)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float lanes8[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) lanes8[k] = __shfl_sync(0xffffffffu, acc[t][r][k & 1], (lane & ~3) | (k >> 1));
+      const float raw = __fadd_rn(reduce_lanes(lanes8), summs[t][r]);
+      const int row = tile * kTileRows + g + 8 * r;
+      if (q == 0 && row < V && t < p.T) {
+        const float capped = apply_cap(raw, p);
+        p.logits[size_t(t) * V + row] = capped;
+        if (p.raw) p.raw[size_t(t) * V + row] = raw;
+        best[t] = best_merge(best[t], best_single(capped, row));
+      }
+      summs[t][r] = 0.0f;
+      acc[t][r][0] = acc[t][r][1] = 0.0f;
+    }
+}
+
+// The block's argmax per token from its warps', then publish_and_finalize (every thread calls it).
+template <int TT, int NW>
+__device__ void finish_block(const HeadParams& p, const PartialBest (&best)[TT]) {
+  __shared__ PartialBest s_best[NW][kMaxTokens];
+  __shared__ PartialBest s_cta[kMaxTokens];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int t = 0; t < TT; ++t) {
+    PartialBest b = best[t];
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
+    if (lane == 0) s_best[warp][t] = b;
+  }
+  __syncthreads();
+  if (threadIdx.x < TT) {
+    PartialBest b = best_empty();
+    for (int w = 0; w < NW; ++w) b = best_merge(b, s_best[w][threadIdx.x]);
+    s_cta[threadIdx.x] = b;
+  }
+  __syncthreads();
+  publish_and_finalize(p, s_cta);
+}
+
+}  // namespace lanes_math
+}  // namespace lmhead::cuda

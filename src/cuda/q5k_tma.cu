@@ -1,0 +1,211 @@
+// The Q5_K head on the q8 route for T <= 4, with the weights staged in shared memory by the TMA
+// unit from the stream layout (stream_layout.hpp); byte-identical to numerics.md §5.
+//
+// Why: the register-streaming kernel (q5k_stream.cu) keeps one 16-row item per warp in flight,
+// about 45 KB per SM; ncu showed it latency-bound (DRAM 72 %, 4.9 of 8.7 cycles between issues
+// waiting on global loads, only 0.7 eligible warps per scheduler). Here each warp owns a ring of S
+// shared-memory stages; one lane issues one 2-D tensor copy per item (16 rows x 176 bytes, rows
+// past the vocabulary zero-filled by the TMA unit) completing on the stage's mbarrier, so S - 1
+// items per warp (135 KB per SM with 16 warps and S = 4) are in flight for a handful of
+// instructions per item. The math warps then read their share of each row with four shared loads
+// per row (the layout keeps a thread's words contiguous) and run the same item arithmetic as the
+// stream kernel (q5k_lanes_math.cuh).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/per_device.hpp"
+#include "cuda/q5k_lanes_math.cuh"
+#include "cuda/stream_layout.hpp"
+
+namespace lmhead::cuda {
+namespace {
+
+using namespace lanes_math;
+
+constexpr int kStageBytes = kTileRows * stream::kBlockBytes;  // 2816 = 22 x 128
+static_assert(kStageBytes % 128 == 0, "TMA destinations must stay 128-byte aligned");
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
+      : "memory");
+}
+
+template <int TT, int NW, int S>
+__global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p, const __grid_constant__ CUtensorMap map) {
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  __shared__ __align__(8) uint64_t s_full[NW][S];
+  __shared__ int s_item_tile[NW][S];
+  __shared__ int s_item_sb[NW][S];
+
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
+  const int G = p.groups;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, q = lane & 3;
+  const int V = p.vocab;
+  const int ntiles = (V + kTileRows - 1) / kTileRows;
+  const int total_warps = gridDim.x * NW;
+  uint8_t* stages = smem + size_t(warp) * S * kStageBytes;
+  const ActSmem<TT> act(smem + size_t(NW) * S * kStageBytes, G);
+
+  if (lane == 0) {
+    for (int s = 0; s < S; ++s) mbar_init(&s_full[warp][s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncwarp();
+
+  // Tiles: two static ones per warp, then a dynamic hand-out fetched a whole tile ahead.
+  int itile = blockIdx.x * NW + warp, isb = 0;
+  int next_tile = itile + total_warps;
+  int pending = 0;
+  if (lane == 0) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
+  int issued = 0;
+  auto issue = [&](int slot) {
+    if (lane == 0) {
+      s_item_tile[warp][slot] = itile < ntiles ? itile : -1;
+      s_item_sb[warp][slot] = isb;
+      if (itile < ntiles) {
+        // The stage was last read through the generic proxy; order that before the async write.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        mbar_expect_tx(&s_full[warp][slot], kStageBytes);
+        tma_load_2d(stages + slot * kStageBytes, &map, isb * stream::kBlockBytes, itile * kTileRows,
+                    &s_full[warp][slot]);
+      }
+    }
+    if (itile < ntiles && ++isb == G) {
+      isb = 0;
+      itile = next_tile;
+      next_tile = __shfl_sync(0xffffffffu, pending, 0);
+      if (lane == 0 && next_tile < ntiles) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
+    }
+    ++issued;
+  };
+#pragma unroll
+  for (int s = 0; s < S; ++s) issue(s);
+
+  pdl_wait();
+  stage_activations<TT>(p, smem + size_t(NW) * S * kStageBytes);
+  __syncthreads();
+
+  const int act_off0 = g == q ? g * 4 : -1;
+  const int act_off1 = g == q + 4 ? g * 4 : -1;
+  PartialBest best[TT];
+  float acc[TT][2][2];
+  float summs[TT][2];
+#pragma unroll
+  for (int t = 0; t < TT; ++t) {
+    best[t] = best_empty();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      summs[t][r] = 0.0f;
+      acc[t][r][0] = acc[t][r][1] = 0.0f;
+    }
+  }
+
+  uint32_t phases = 0;
+  int slot = 0;
+  for (;;) {
+    __syncwarp();
+    const int tile = s_item_tile[warp][slot];
+    const int sb = s_item_sb[warp][slot];
+    if (tile < 0) break;
+    while (!mbar_try_wait(&s_full[warp][slot], (phases >> slot) & 1u)) {
+    }
+    phases ^= 1u << slot;
+
+    Item it;
+    const bool odd = sb & 1;
+    const int off_lo = odd ? stream::kOddLo : stream::kEvenLo, off_hi = odd ? stream::kOddHi : stream::kEvenHi;
+    const int off_qh = odd ? stream::kOddQh : stream::kEvenQh, off_h = odd ? stream::kOddHeader : stream::kEvenHeader;
+    const uint8_t* st = stages + slot * kStageBytes;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint8_t* row = st + (g + 8 * r) * stream::kBlockBytes;
+      it.lo[r] = lds128(row + off_lo + 16 * q);
+      it.hi[r] = lds128(row + off_hi + 16 * q);
+      it.qh[r] = *reinterpret_cast<const uint2*>(row + off_qh + 8 * q);
+      it.h[r] = lds128(row + off_h);
+    }
+    __syncwarp();
+    issue(slot);  // refill the stage while this item is computed from registers
+
+    compute_item<TT>(it, sb, act, act_off0, act_off1, acc, summs);
+    if (sb == G - 1) finish_tile<TT>(p, tile, lane, acc, summs, best);
+    slot = slot + 1 == S ? 0 : slot + 1;
+  }
+  finish_block<TT, NW>(p, best);
+}
+
+template <int TT, int NW, int S>
+void launch_config(const HeadParams& p, const CUtensorMap& map, bool pdl, int num_sms, cudaStream_t stream) {
+  auto kernel = q5k_tma_kernel<TT, NW, S>;
+  static OncePerDevice configured;
+  configured.run([&](int device) {
+    int optin = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 2048));
+  });
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(num_sms);
+  cfg.blockDim = dim3(NW * 32);
+  cfg.dynamicSmemBytes = 128 + size_t(NW) * S * kStageBytes + act_smem_bytes(p.groups, TT);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, map));
+}
+
+struct Ring { int warps, stages; };
+constexpr Ring kRings[] = {{16, 4}, {16, 3}, {12, 5}, {8, 8}};
+
+}  // namespace
+
+int q5k_tma_rings() { return int(sizeof kRings / sizeof kRings[0]); }
+
+size_t q5k_tma_smem(int groups, int tokens, int ring) {
+  const Ring r = kRings[tokens > 2 ? 2 : ring];
+  return 128 + size_t(r.warps) * r.stages * kStageBytes + act_smem_bytes(groups, tokens);
+}
+
+void launch_q5k_tma(const HeadParams& p, const void* tensor_map, int ring, bool pdl, int num_sms, cudaStream_t stream) {
+  if (p.T < 1 || p.T > kStreamMaxTokens) throw Error("launch_q5k_tma: 1 to 4 tokens per call");
+  if (ring < 0 || ring >= q5k_tma_rings()) throw Error("launch_q5k_tma: no ring configuration " + std::to_string(ring));
+  const CUtensorMap& map = *static_cast<const CUtensorMap*>(tensor_map);
+  switch (p.T * 8 + ring) {
+    case 8 + 0: return launch_config<1, 16, 4>(p, map, pdl, num_sms, stream);
+    case 8 + 1: return launch_config<1, 16, 3>(p, map, pdl, num_sms, stream);
+    case 8 + 2: return launch_config<1, 12, 5>(p, map, pdl, num_sms, stream);
+    case 8 + 3: return launch_config<1, 8, 8>(p, map, pdl, num_sms, stream);
+    case 16 + 0: return launch_config<2, 16, 4>(p, map, pdl, num_sms, stream);
+    case 16 + 1: return launch_config<2, 16, 3>(p, map, pdl, num_sms, stream);
+    case 16 + 2: return launch_config<2, 12, 5>(p, map, pdl, num_sms, stream);
+    case 16 + 3: return launch_config<2, 8, 8>(p, map, pdl, num_sms, stream);
+    default: break;
+  }
+  // T = 3, 4: the 12-warp ring (16 warps would need more than 128 registers per thread).
+  if (p.T == 3) return launch_config<3, 12, 5>(p, map, pdl, num_sms, stream);
+  return launch_config<4, 12, 5>(p, map, pdl, num_sms, stream);
+}
+
+}  // namespace lmhead::cuda
