@@ -192,13 +192,12 @@ int main(int argc, char** argv) {
       t.mma_warps = warps; t.stage_events = events; t.pdl = pdl; t.prefetch_l2 = prefetch;
       cfgs.push_back({name, t});
     };
-    // "wN" is the tokens-in-N kernel's warps (T > 4); "s W/P" the stream kernel's warps (T <= 2)
-    // and the pairs of blocks each warp prefetches into L2.
-    auto stream_cfg = [&](const char* name, int warps, int prefetch, bool wide = false) {
+    // "wN" is the tokens-in-N kernel's warps (T > 2); "regs" the register stream kernel (T <= 2),
+    // "tmaWxS" the TMA kernel with W warps and S stages per warp (the default: 16 x 4).
+    auto stream_cfg = [&](const char* name, int warps, bool wide) {
       add(name, 12, false, true, false);
       cfgs.back().t.stream_tma = false;
       cfgs.back().t.stream_warps = warps;
-      cfgs.back().t.stream_prefetch = prefetch;
       cfgs.back().t.stream_wide = wide;
     };
     auto tma_cfg = [&](const char* name, int ring, int max_tokens) {
@@ -210,8 +209,9 @@ int main(int argc, char** argv) {
     add("w12 pdl", 12, false, true, false);
     add("w12 pdl no-stream", 12, false, true, false);
     cfgs.back().t.stream_kernel = false;
-    stream_cfg("w12 pdl regs wide", 16, 0, true);
-    stream_cfg("w12 pdl regs", 16, 0, false);
+    stream_cfg("w12 pdl regs wide", 16, true);
+    stream_cfg("w12 pdl regs", 16, false);
+    stream_cfg("w12 pdl regs8 wide", 8, true);
     tma_cfg("w12 pdl tma16x3", 1, 2);
     tma_cfg("w12 pdl tma12x5", 2, 2);
     tma_cfg("w12 pdl tma8x8", 3, 2);

@@ -1,7 +1,7 @@
-// The Q5_K stream layout (src/cuda/stream_layout.hpp) on the host: the transcoded row is a
-// permutation of the file's bytes, and reading it the way q5k_stream.cu does (thread q's runs,
-// sub-block j, lanes q and q + 4) yields every 5-bit level and the header of the file's block.
-// Runs without a GPU, so CI checks the layout the kernel depends on.
+// The Q5_K stream layout (src/cuda/stream_layout.hpp) on the host: each item is a permutation of
+// its 16 file blocks, and reading it the way the stream kernels do (thread (g, q), rows g and g + 8,
+// sub-block j, lanes q and q + 4) yields every 5-bit level and header of the file. Runs without a
+// GPU, so CI checks the layout the kernels depend on.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,53 +28,62 @@ int file_level(const uint8_t* block, int e) {
   return lo + 16 * hi;
 }
 
-TEST(CudaStreamLayout, RowStrideIsSectorAligned) {
-  for (int g = 1; g < 40; ++g) {
-    EXPECT_EQ(st::row_stride(g) % 32, 0);
-    EXPECT_GE(st::row_stride(g), int64_t(g) * st::kBlockBytes);
-    EXPECT_LT(st::row_stride(g), int64_t(g) * st::kBlockBytes + 32);
-  }
+TEST(CudaStreamLayout, SizesPadTheLastTile) {
+  EXPECT_EQ(st::tiles(1), 1);
+  EXPECT_EQ(st::tiles(16), 1);
+  EXPECT_EQ(st::tiles(17), 2);
+  EXPECT_EQ(st::bytes(202048, 26), uint64_t(12628) * 26 * 2816);  // the Muse head: no padding
+  EXPECT_EQ(st::kItemBytes % 128, 0);
 }
 
 TEST(CudaStreamLayout, KernelReadsRecoverEveryLevel) {
   std::mt19937_64 rng(20261130);
-  for (int groups : {1, 2, 3, 26}) {
-    std::vector<uint8_t> row(size_t(groups) * st::kBlockBytes);
-    for (auto& b : row) b = uint8_t(rng());
-    std::vector<uint8_t> out(size_t(st::row_stride(groups)), 0xEE);
-    st::transcode_row(row.data(), groups, out.data());
+  for (int groups : {1, 2, 3}) {
+    for (int present : {16, 9, 1}) {  // rows of the tile inside the vocabulary
+      std::vector<uint8_t> file(size_t(present) * groups * st::kBlockBytes);
+      for (auto& b : file) b = uint8_t(rng());
+      const uint8_t* rows[st::kTileRows] = {};
+      for (int i = 0; i < present; ++i) rows[i] = file.data() + size_t(i) * groups * st::kBlockBytes;
+      std::vector<uint8_t> out(size_t(groups) * st::kItemBytes, 0xEE);
+      st::transcode_tile(rows, groups, out.data());
 
-    // A permutation of the bytes within each block, zero padding after the last one.
-    for (int b = 0; b < groups; ++b) {
-      std::vector<uint8_t> a(row.begin() + b * st::kBlockBytes, row.begin() + (b + 1) * st::kBlockBytes);
-      std::vector<uint8_t> t(out.begin() + b * st::kBlockBytes, out.begin() + (b + 1) * st::kBlockBytes);
-      std::sort(a.begin(), a.end());
-      std::sort(t.begin(), t.end());
-      EXPECT_EQ(a, t) << "block " << b;
-    }
-    for (size_t i = size_t(groups) * st::kBlockBytes; i < out.size(); ++i) EXPECT_EQ(out[i], 0) << "padding byte " << i;
+      for (int sb = 0; sb < groups; ++sb) {
+        const uint8_t* item = out.data() + size_t(sb) * st::kItemBytes;
+        // Same bytes as the 16 blocks (zeros for the missing rows), re-ordered.
+        std::vector<uint8_t> a(item, item + st::kItemBytes), b;
+        for (int i = 0; i < st::kTileRows; ++i) {
+          if (rows[i]) b.insert(b.end(), rows[i] + sb * st::kBlockBytes, rows[i] + (sb + 1) * st::kBlockBytes);
+          else b.insert(b.end(), st::kBlockBytes, 0);
+        }
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        EXPECT_EQ(a, b) << "item " << sb;
 
-    for (int b = 0; b < groups; ++b) {
-      const uint8_t* file = row.data() + size_t(b) * st::kBlockBytes;
-      const uint8_t* blk = out.data() + size_t(b) * st::kBlockBytes;
-      const bool even = b % 2 == 0;
-      EXPECT_EQ(std::memcmp(blk + (even ? st::kEvenHeader : st::kOddHeader), file, 16), 0) << "header of block " << b;
-      for (int q = 0; q < 4; ++q) {
-        const uint8_t* lo = blk + (even ? st::kEvenLo : st::kOddLo) + 16 * q;
-        const uint8_t* hi = blk + (even ? st::kEvenHi : st::kOddHi) + 16 * q;
-        const uint8_t* qh = blk + (even ? st::kEvenQh : st::kOddQh) + 8 * q;
-        for (int j = 0; j < 8; ++j) {
-          const int p = j / 2;
-          const uint8_t* src = p < 2 ? lo : hi;
-          for (int half = 0; half < 2; ++half) {  // lane q, then lane q + 4
-            const uint32_t qs_word = word_at(src + 4 * (2 * (p % 2) + half));
-            const uint32_t qh_word = word_at(qh + 4 * half);
-            const uint32_t w = ((qs_word >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((qh_word >> j) & 0x01010101u) << 4);
-            const int lane = q + 4 * half;
-            for (int byte = 0; byte < 4; ++byte) {
-              const int e = 32 * j + 4 * lane + byte;
-              ASSERT_EQ(int((w >> (8 * byte)) & 0xFF), file_level(file, e))
-                  << "groups " << groups << " block " << b << " q " << q << " j " << j << " element " << e;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, q = lane % 4;
+          for (int r = 0; r < 2; ++r) {
+            const int row = g + 8 * r;
+            const uint8_t* lo = item + st::kLo + 512 * r + 16 * lane;
+            const uint8_t* hi = item + st::kHi + 512 * r + 16 * lane;
+            const uint8_t* qh = item + st::kQh + 256 * r + 8 * lane;
+            const uint8_t* file_block = rows[row] ? rows[row] + sb * st::kBlockBytes : nullptr;
+            if (file_block) {
+              EXPECT_EQ(std::memcmp(item + st::kHeader + 16 * row, file_block, 16), 0) << "header of row " << row;
+            }
+            for (int j = 0; j < 8; ++j) {
+              const int p = j / 2;
+              const uint8_t* src = p < 2 ? lo : hi;
+              for (int half = 0; half < 2; ++half) {  // lane q, then lane q + 4
+                const uint32_t qs_word = word_at(src + 4 * (2 * (p % 2) + half));
+                const uint32_t qh_word = word_at(qh + 4 * half);
+                const uint32_t w = ((qs_word >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((qh_word >> j) & 0x01010101u) << 4);
+                for (int byte = 0; byte < 4; ++byte) {
+                  const int e = 32 * j + 4 * (q + 4 * half) + byte;
+                  const int want = file_block ? file_level(file_block, e) : 0;
+                  ASSERT_EQ(int((w >> (8 * byte)) & 0xFF), want)
+                      << "groups " << groups << " item " << sb << " row " << row << " j " << j << " element " << e;
+                }
+              }
             }
           }
         }

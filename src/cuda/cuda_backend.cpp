@@ -4,9 +4,7 @@
 // into mapped host memory), then only what the request asks for (top-k lists, sums of
 // exponentials, logits, stages). Every number is byte-identical to the scalar backend's, except
 // sum_exp, whose exp() is CUDA's (see docs/cuda.md).
-#include <cuda.h>
 #include <cuda_runtime.h>
-#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -51,7 +49,7 @@ struct Shape {
     char buf[256];
     std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, float_route,
                   int(format), cap_mode, k, logprobs, logits, stages, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
-                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_prefetch * 2 + t.stream_wide, t.tma_ring);
+                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_wide, t.tma_ring);
     return buf;
   }
 };
@@ -83,7 +81,6 @@ class CudaBackend final : public Backend {
     for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreate(&e));
 
     upload_weights();
-    make_tensor_map();
     const int64_t H = head.hidden, V = head.vocab;
     gamma_.reset(size_t(H));
     CUDA_CHECK(cudaMemcpy(gamma_.get(), head.gamma, size_t(H) * 4, cudaMemcpyHostToDevice));
@@ -258,8 +255,8 @@ class CudaBackend final : public Backend {
                tokens <= std::min(tuning_.stream_max_tokens, kStreamMaxTokens) &&
                q5k_stream_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
     if (s.stream) s.mma = s.lanes = false;
-    s.tma = s.stream && tuning_.stream_tma && has_tensor_map_ &&
-            q5k_tma_smem(layout_.groups, tokens, tuning_.tma_ring) + 2048 <= size_t(smem_optin_);
+    s.tma = s.stream && tuning_.stream_tma &&
+            q5k_tma_smem(layout_.groups, tokens, tuning_.tma_ring) + 8192 <= size_t(smem_optin_);
     const CapParams cp = cap_params(head_, req.softcap);
     s.cap_mode = cp.cap == 0.0f ? kScaleOnly : (req.softcap == SoftcapRoute::fused ? kCapFused : kCapNodes);
     s.k = req.top_k;
@@ -287,18 +284,20 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     const uint64_t needed = total + total / 10 + (uint64_t(64) << 20);
     // A Q5_K head is kept a second time in the stream layout when the device has room for it.
-    const uint64_t stream_total = uint64_t(V) * uint64_t(stream::row_stride(layout_.groups));
+    const uint64_t stream_total = stream::bytes(V, layout_.groups);
     const bool keep_stream = head_.type == TensorType::Q5_K && needed + stream_total <= free_bytes;
     if (needed > free_bytes)
       throw Error("the " + std::string(tensor_type_name(head_.type)) + " head does not fit on the GPU: it needs about " +
                   std::to_string(needed) + " bytes (weights " + std::to_string(total) + " + working buffers), but only " +
                   std::to_string(free_bytes) + " of " + std::to_string(total_bytes) + " bytes are free");
     weights_.reset(total + 256);  // tail slack: 16-byte loads past the last row stay inside
-    if (keep_stream) stream_weights_.reset(stream_total + 1024);  // slack for the L2 prefetch of the last pair
+    if (keep_stream) stream_weights_.reset(stream_total);
     if (layout_.aux_d) aux_.reset(size_t(V) * layout_.groups);
     const bool progress = total > (uint64_t(256) << 20);
     const bool same_bytes = head_.type == TensorType::Q4_K || head_.type == TensorType::Q5_K;
-    const int64_t rows_per_chunk = std::max<int64_t>(1, int64_t((uint64_t(64) << 20) / uint64_t(layout_.row_stride)));
+    // Whole 16-row tiles per chunk (the stream layout is tile-major).
+    const int64_t rows_per_chunk =
+        std::max<int64_t>(1, int64_t((uint64_t(64) << 20) / uint64_t(layout_.row_stride)) / 16) * 16;
     std::vector<uint8_t> staging;
     std::vector<uint16_t> aux_staging;
     int last_pct = -1;
@@ -321,13 +320,18 @@ class CudaBackend final : public Backend {
                                 aux_staging.size() * 2, cudaMemcpyHostToDevice));
       }
       if (keep_stream) {
-        const int64_t sstride = stream::row_stride(layout_.groups);
-        staging.resize(size_t(n) * size_t(sstride));
-        for (int64_t r = 0; r < n; ++r) {
-          const uint8_t* src = head_.weights + uint64_t(r0 + r) * head_.row_bytes;
-          stream::transcode_row(src, layout_.groups, staging.data() + size_t(r) * size_t(sstride));
+        const size_t tile_bytes = size_t(layout_.groups) * stream::kItemBytes;
+        const int64_t tiles = (n + stream::kTileRows - 1) / stream::kTileRows;
+        staging.resize(size_t(tiles) * tile_bytes);
+        for (int64_t t = 0; t < tiles; ++t) {
+          const uint8_t* rows[stream::kTileRows];
+          for (int i = 0; i < stream::kTileRows; ++i) {
+            const int64_t r = r0 + t * stream::kTileRows + i;
+            rows[i] = r < V ? head_.weights + uint64_t(r) * head_.row_bytes : nullptr;
+          }
+          stream::transcode_tile(rows, layout_.groups, staging.data() + size_t(t) * tile_bytes);
         }
-        CUDA_CHECK(cudaMemcpy(stream_weights_.get() + uint64_t(r0) * uint64_t(sstride), staging.data(),
+        CUDA_CHECK(cudaMemcpy(stream_weights_.get() + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(),
                               staging.size(), cudaMemcpyHostToDevice));
       }
       if (progress) {
@@ -339,29 +343,6 @@ class CudaBackend final : public Backend {
         }
       }
     }
-  }
-
-  // The TMA kernel's view of the stream layout. The encoder is a driver entry point (no link
-  // against libcuda); without it, or if the driver refuses the map, the register kernel runs.
-  void make_tensor_map() {
-    if (stream_weights_.size() == 0) return;
-    PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
-                                         cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess || encode == nullptr) {
-      cudaGetLastError();
-      return;
-    }
-    const uint64_t stride = uint64_t(stream::row_stride(layout_.groups));
-    const cuuint64_t dims[2] = {cuuint64_t(stride), cuuint64_t(head_.vocab)};
-    const cuuint64_t strides[1] = {cuuint64_t(stride)};
-    const cuuint32_t box[2] = {cuuint32_t(stream::kBlockBytes), 16};
-    const cuuint32_t element_strides[2] = {1, 1};
-    const CUresult r = encode(&tensor_map_, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, stream_weights_.get(), dims, strides, box,
-                              element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    has_tensor_map_ = r == CUDA_SUCCESS;
   }
 
   // Lazily sized buffers of the optional outputs. A reallocation invalidates captured graphs.
@@ -446,13 +427,11 @@ class CudaBackend final : public Backend {
     hp.prefetch_l2 = tuning_.prefetch_l2 ? 1 : 0;
     const bool pdl = tuning_.pdl && !tuning_.stage_events;
     hp.stream_weights = stream_weights_.get();
-    hp.stream_row_stride = stream::row_stride(layout_.groups);
-    hp.stream_prefetch = tuning_.stream_prefetch;
     hp.stream_wide = tuning_.stream_wide ? 1 : 0;
     if (s.tma) {
       hp.t0 = 0;
       hp.tc = s.T;
-      launch_q5k_tma(hp, &tensor_map_, tuning_.tma_ring, pdl, num_sms_, stream_);
+      launch_q5k_tma(hp, tuning_.tma_ring, pdl, num_sms_, stream_);
     } else if (s.stream) {
       hp.t0 = 0;
       hp.tc = s.T;
@@ -607,8 +586,6 @@ class CudaBackend final : public Backend {
 
   DeviceArray<uint8_t> weights_;
   DeviceArray<uint8_t> stream_weights_;  // Q5_K only: the stream layout (empty when it does not fit)
-  CUtensorMap tensor_map_{};             // over stream_weights_: rows x row bytes, box 16 x 176
-  bool has_tensor_map_ = false;
   DeviceArray<uint16_t> aux_;
   DeviceArray<float> gamma_;
   DeviceArray<int8_t> act_qs_;
@@ -653,8 +630,6 @@ void set_tuning(Backend& backend, const Tuning& tuning) {
     throw Error("the stream kernel runs up to " + std::to_string(kStreamMaxTokens) + " tokens");
   if (tuning.tma_ring < 0 || tuning.tma_ring >= q5k_tma_rings())
     throw Error("the TMA kernel has ring configurations 0.." + std::to_string(q5k_tma_rings() - 1));
-  if (tuning.stream_prefetch < 0 || tuning.stream_prefetch > 64)
-    throw Error("stream_prefetch must be 0..64 pairs of blocks");
   c.tuning_ = tuning;
 }
 Tuning get_tuning(Backend& backend) { return as_cuda(backend).tuning_; }

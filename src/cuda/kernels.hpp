@@ -89,8 +89,6 @@ struct HeadParams {
   float* max_out = nullptr;          // [kMaxTokens] device copy of each token's max
   int prefetch_l2 = 0;               // bulk-prefetch each warp's first tile into L2 before waiting
   const uint8_t* stream_weights = nullptr;  // Q5_K in the stream layout (stream_layout.hpp)
-  int64_t stream_row_stride = 0;
-  int stream_prefetch = 0;           // stream kernel: pairs of blocks prefetched into L2 ahead (0: none)
   int stream_wide = 0;               // stream kernel: L2::256B hint on the weight loads
 };
 
@@ -115,10 +113,9 @@ size_t q5k_lanes_smem(int groups, int tokens);
 constexpr int kStreamMaxTokens = 4;
 void launch_q5k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
 size_t q5k_stream_smem(int groups, int tokens);
-// The same for T <= kStreamMaxTokens with the weights staged by the TMA unit (see q5k_tma.cu):
-// tensor_map is a CUtensorMap over the stream layout (rows x row bytes, box 16 x 176); ring picks
-// warps and stages per block (0 .. q5k_tma_rings() - 1).
-void launch_q5k_tma(const HeadParams& p, const void* tensor_map, int ring, bool pdl, int num_sms, cudaStream_t stream);
+// The same for T <= kStreamMaxTokens with the weights staged in shared memory by bulk copies (the
+// TMA unit, see q5k_tma.cu); ring picks warps and stages per block (0 .. q5k_tma_rings() - 1).
+void launch_q5k_tma(const HeadParams& p, int ring, bool pdl, int num_sms, cudaStream_t stream);
 size_t q5k_tma_smem(int groups, int tokens, int ring);
 int q5k_tma_rings();
 // Every head type on both routes, one thread per row, tokens in passes of 4.

@@ -9,12 +9,11 @@
 // What changed is the way in. The lanes kernel staged every super-block through shared memory
 // (six cp.async per lane plus their address arithmetic, then 22 scalar shared loads per thread:
 // ncu showed the shared-memory pipe 65 % busy and about 420 warp instructions per 16-row item).
-// Here the upload re-orders each 176-byte block so that the ten words thread q of a quad needs
-// (qs words 8p + q, 8p + q + 4 and qh words q, q + 4) are contiguous: one row costs a thread two
-// 16-byte loads, one 8-byte load and the 16-byte header, every load instruction of a warp covers
-// whole 32-byte sectors, and nothing passes through shared memory. Each warp keeps one item (16
-// rows x one super-block) in flight in registers while it computes the previous one, and can
-// prefetch a few items further ahead into L2 (no registers needed for those).
+// Here the upload re-orders the head into tile-major items (stream_layout.hpp) in which the words
+// a thread needs are contiguous: a row costs a thread two 16-byte loads, one 8-byte load and the
+// 16-byte header, every load instruction of a warp reads one contiguous run of whole lines, and
+// nothing passes through shared memory. Each warp keeps one item (16 rows x one super-block) in
+// flight in registers while it computes the previous one.
 //
 // The activations (q8 of every super-block and token, 256 bytes each) sit in shared memory as
 // 16-byte runs of one lane k over four sub-blocks; B of the MMA is zero except where the fragment's
@@ -62,25 +61,17 @@ __device__ __forceinline__ uint4 ldg_header(const void* p) {
   return v;
 }
 
-template <int kParity, bool kWide>
-__device__ __forceinline__ void load_item(Item& it, const uint8_t* const (&rows)[2], int sb, int q) {
+template <bool kWide>
+__device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lane) {
+  const int g = lane >> 2;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const uint8_t* b = rows[r] + sb * stream::kBlockBytes;
-    if (kParity == 0) {
-      it.lo[r] = ldg_once128<kWide>(b + stream::kEvenLo + 16 * q);
-      it.hi[r] = ldg_once128<kWide>(b + stream::kEvenHi + 16 * q);
-      it.qh[r] = ldg_once64<kWide>(b + stream::kEvenQh + 8 * q);
-      it.h[r] = ldg_header(b + stream::kEvenHeader);
-    } else {
-      it.h[r] = ldg_header(b + stream::kOddHeader);
-      it.qh[r] = ldg_once64<kWide>(b + stream::kOddQh + 8 * q);
-      it.hi[r] = ldg_once128<kWide>(b + stream::kOddHi + 16 * q);
-      it.lo[r] = ldg_once128<kWide>(b + stream::kOddLo + 16 * q);
-    }
+    it.lo[r] = ldg_once128<kWide>(item + stream::kLo + 512 * r + 16 * lane);
+    it.hi[r] = ldg_once128<kWide>(item + stream::kHi + 512 * r + 16 * lane);
+    it.qh[r] = ldg_once64<kWide>(item + stream::kQh + 256 * r + 8 * lane);
+    it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
   }
 }
-
 
 template <int TT, int NW, bool kWide>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams p) {
@@ -96,7 +87,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
   const int pairs = (G + 1) / 2;
   const int total_warps = gridDim.x * NW;
   const uint8_t* weights = p.stream_weights;
-  const int64_t stride = p.stream_row_stride;
+  auto item_ptr = [&](int tile, int sb) { return weights + (int64_t(tile) * G + sb) * stream::kItemBytes; };
 
   // Tiles: two static ones per warp, then a dynamic hand-out fetched a whole tile ahead.
   int load_tile = blockIdx.x * NW + warp;
@@ -104,48 +95,20 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
   int pending = 0;
   if (lane == 0) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
   int load_pair = 0;
-  const uint8_t* rows[2];
-  auto set_rows = [&](int tile) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t row = min(int64_t(tile) * kTileRows + g + 8 * r, int64_t(V) - 1);
-      rows[r] = weights + row * stride;
-    }
-  };
-  // One pair of blocks of 16 rows into L2, `stream_prefetch` pairs ahead of the register loads:
-  // lane l takes block l / 16 of row l % 16, one prefetch per 128-byte line it touches. (A bulk
-  // prefetch per row was slower: its operands must be warp-uniform, so the compiler loops over the
-  // lanes.)
-  auto prefetch = [&](int tile, int pair) {
-    if (p.stream_prefetch <= 0) return;
-    int pf_pair = pair + p.stream_prefetch, pf_tile = tile;
-    if (pf_pair >= pairs) { pf_pair -= pairs; pf_tile = next_tile; }
-    if (pf_pair >= pairs || pf_tile >= ntiles) return;
-    const int64_t row = int64_t(pf_tile) * kTileRows + (lane & 15);
-    const int blk = 2 * pf_pair + (lane >> 4);
-    if (row >= V || blk >= G) return;
-    const uint8_t* b = weights + row * stride + int64_t(blk) * stream::kBlockBytes;
-    prefetch_l2(b);
-    prefetch_l2(b + 128);
-    prefetch_l2(b + stream::kBlockBytes - 1);
-  };
   auto advance = [&]() {
     if (++load_pair == pairs) {
       load_pair = 0;
       load_tile = next_tile;
       next_tile = __shfl_sync(0xffffffffu, pending, 0);
       if (lane == 0 && next_tile < ntiles) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
-      set_rows(load_tile);
     }
   };
 
   Item even, odd;
   int item_tile = load_tile, item_pair = 0;
-  set_rows(load_tile);
   if (load_tile < ntiles) {
-    load_item<0, kWide>(even, rows, 0, q);
-    if (1 < G) load_item<1, kWide>(odd, rows, 1, q);
-    prefetch(load_tile, 0);
+    load_item<kWide>(even, item_ptr(load_tile, 0), lane);
+    if (1 < G) load_item<kWide>(odd, item_ptr(load_tile, 1), lane);
   }
   advance();
 
@@ -174,13 +137,10 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
     const int tile = item_tile, pair = item_pair;
     compute_item<TT>(even, 2 * pair, act, act_off0, act_off1, acc, summs);
     const bool loading = load_tile < ntiles;
-    if (loading) load_item<0, kWide>(even, rows, 2 * load_pair, q);
+    if (loading) load_item<kWide>(even, item_ptr(load_tile, 2 * load_pair), lane);
     if (2 * pair + 1 < G)
       compute_item<TT>(odd, 2 * pair + 1, act, act_off0, act_off1, acc, summs);
-    if (loading) {
-      if (2 * load_pair + 1 < G) load_item<1, kWide>(odd, rows, 2 * load_pair + 1, q);
-      prefetch(load_tile, load_pair);
-    }
+    if (loading && 2 * load_pair + 1 < G) load_item<kWide>(odd, item_ptr(load_tile, 2 * load_pair + 1), lane);
     item_tile = load_tile;
     item_pair = load_pair;
     if (loading) advance();

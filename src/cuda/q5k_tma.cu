@@ -4,13 +4,12 @@
 // Why: the register-streaming kernel (q5k_stream.cu) keeps one 16-row item per warp in flight,
 // about 45 KB per SM; ncu showed it latency-bound (DRAM 72 %, 4.9 of 8.7 cycles between issues
 // waiting on global loads, only 0.7 eligible warps per scheduler). Here each warp owns a ring of S
-// shared-memory stages; one lane issues one 2-D tensor copy per item (16 rows x 176 bytes, rows
-// past the vocabulary zero-filled by the TMA unit) completing on the stage's mbarrier, so S - 1
-// items per warp (135 KB per SM with 16 warps and S = 4) are in flight for a handful of
-// instructions per item. The math warps then read their share of each row with four shared loads
-// per row (the layout keeps a thread's words contiguous) and run the same item arithmetic as the
-// stream kernel (q5k_lanes_math.cuh).
-#include <cuda.h>
+// shared-memory stages; one lane issues one bulk copy per item (the item is 2,816 contiguous bytes
+// in the tile-major stream layout) completing on the stage's mbarrier, so S - 1 items per warp
+// (135 KB per SM with 16 warps and S = 4) are in flight for a handful of instructions per item.
+// The warp then reads its item with four conflict-free shared loads per row (consecutive lanes,
+// consecutive 16-byte slots) and runs the same item arithmetic as the stream kernel
+// (q5k_lanes_math.cuh).
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
@@ -23,7 +22,7 @@ namespace {
 
 using namespace lanes_math;
 
-constexpr int kStageBytes = kTileRows * stream::kBlockBytes;  // 2816 = 22 x 128
+constexpr int kStageBytes = stream::kItemBytes;  // 2816 = 22 x 128
 static_assert(kStageBytes % 128 == 0, "TMA destinations must stay 128-byte aligned");
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
@@ -41,16 +40,15 @@ __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
   return ok != 0;
 }
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
-      : "memory");
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
 }
 
 template <int TT, int NW, int S>
-__global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p, const __grid_constant__ CUtensorMap map) {
+__global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t s_full[NW][S];
   __shared__ int s_item_tile[NW][S];
@@ -86,8 +84,8 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p,
         // The stage was last read through the generic proxy; order that before the async write.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         mbar_expect_tx(&s_full[warp][slot], kStageBytes);
-        tma_load_2d(stages + slot * kStageBytes, &map, isb * stream::kBlockBytes, itile * kTileRows,
-                    &s_full[warp][slot]);
+        bulk_load(stages + slot * kStageBytes, p.stream_weights + (int64_t(itile) * G + isb) * stream::kItemBytes,
+                  kStageBytes, &s_full[warp][slot]);
       }
     }
     if (itile < ntiles && ++isb == G) {
@@ -132,17 +130,13 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p,
     phases ^= 1u << slot;
 
     Item it;
-    const bool odd = sb & 1;
-    const int off_lo = odd ? stream::kOddLo : stream::kEvenLo, off_hi = odd ? stream::kOddHi : stream::kEvenHi;
-    const int off_qh = odd ? stream::kOddQh : stream::kEvenQh, off_h = odd ? stream::kOddHeader : stream::kEvenHeader;
     const uint8_t* st = stages + slot * kStageBytes;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const uint8_t* row = st + (g + 8 * r) * stream::kBlockBytes;
-      it.lo[r] = lds128(row + off_lo + 16 * q);
-      it.hi[r] = lds128(row + off_hi + 16 * q);
-      it.qh[r] = *reinterpret_cast<const uint2*>(row + off_qh + 8 * q);
-      it.h[r] = lds128(row + off_h);
+      it.lo[r] = lds128(st + stream::kLo + 512 * r + 16 * lane);
+      it.hi[r] = lds128(st + stream::kHi + 512 * r + 16 * lane);
+      it.qh[r] = *reinterpret_cast<const uint2*>(st + stream::kQh + 256 * r + 8 * lane);
+      it.h[r] = lds128(st + stream::kHeader + 16 * (g + 8 * r));
     }
     __syncwarp();
     issue(slot);  // refill the stage while this item is computed from registers
@@ -155,13 +149,16 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p,
 }
 
 template <int TT, int NW, int S>
-void launch_config(const HeadParams& p, const CUtensorMap& map, bool pdl, int num_sms, cudaStream_t stream) {
+void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
   auto kernel = q5k_tma_kernel<TT, NW, S>;
   static OncePerDevice configured;
   configured.run([&](int device) {
     int optin = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 2048));
+    cudaFuncAttributes attrs{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    optin - int(attrs.sharedSizeBytes)));
   });
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(num_sms);
@@ -173,7 +170,7 @@ void launch_config(const HeadParams& p, const CUtensorMap& map, bool pdl, int nu
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, map));
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
 struct Ring { int warps, stages; };
@@ -188,24 +185,23 @@ size_t q5k_tma_smem(int groups, int tokens, int ring) {
   return 128 + size_t(r.warps) * r.stages * kStageBytes + act_smem_bytes(groups, tokens);
 }
 
-void launch_q5k_tma(const HeadParams& p, const void* tensor_map, int ring, bool pdl, int num_sms, cudaStream_t stream) {
+void launch_q5k_tma(const HeadParams& p, int ring, bool pdl, int num_sms, cudaStream_t stream) {
   if (p.T < 1 || p.T > kStreamMaxTokens) throw Error("launch_q5k_tma: 1 to 4 tokens per call");
   if (ring < 0 || ring >= q5k_tma_rings()) throw Error("launch_q5k_tma: no ring configuration " + std::to_string(ring));
-  const CUtensorMap& map = *static_cast<const CUtensorMap*>(tensor_map);
   switch (p.T * 8 + ring) {
-    case 8 + 0: return launch_config<1, 16, 4>(p, map, pdl, num_sms, stream);
-    case 8 + 1: return launch_config<1, 16, 3>(p, map, pdl, num_sms, stream);
-    case 8 + 2: return launch_config<1, 12, 5>(p, map, pdl, num_sms, stream);
-    case 8 + 3: return launch_config<1, 8, 8>(p, map, pdl, num_sms, stream);
-    case 16 + 0: return launch_config<2, 16, 4>(p, map, pdl, num_sms, stream);
-    case 16 + 1: return launch_config<2, 16, 3>(p, map, pdl, num_sms, stream);
-    case 16 + 2: return launch_config<2, 12, 5>(p, map, pdl, num_sms, stream);
-    case 16 + 3: return launch_config<2, 8, 8>(p, map, pdl, num_sms, stream);
+    case 8 + 0: return launch_config<1, 16, 4>(p, pdl, num_sms, stream);
+    case 8 + 1: return launch_config<1, 16, 3>(p, pdl, num_sms, stream);
+    case 8 + 2: return launch_config<1, 12, 5>(p, pdl, num_sms, stream);
+    case 8 + 3: return launch_config<1, 8, 8>(p, pdl, num_sms, stream);
+    case 16 + 0: return launch_config<2, 16, 4>(p, pdl, num_sms, stream);
+    case 16 + 1: return launch_config<2, 16, 3>(p, pdl, num_sms, stream);
+    case 16 + 2: return launch_config<2, 12, 5>(p, pdl, num_sms, stream);
+    case 16 + 3: return launch_config<2, 8, 8>(p, pdl, num_sms, stream);
     default: break;
   }
   // T = 3, 4: the 12-warp ring (16 warps would need more than 128 registers per thread).
-  if (p.T == 3) return launch_config<3, 12, 5>(p, map, pdl, num_sms, stream);
-  return launch_config<4, 12, 5>(p, map, pdl, num_sms, stream);
+  if (p.T == 3) return launch_config<3, 12, 5>(p, pdl, num_sms, stream);
+  return launch_config<4, 12, 5>(p, pdl, num_sms, stream);
 }
 
 }  // namespace lmhead::cuda
