@@ -202,6 +202,7 @@ int main(int argc, char** argv) {
     };
     auto tma_cfg = [&](const char* name, int ring, int max_tokens) {
       add(name, 12, false, true, false);
+      cfgs.back().t.stream_tma = true;
       cfgs.back().t.tma_ring = ring;
       cfgs.back().t.stream_max_tokens = max_tokens;
     };
@@ -210,12 +211,11 @@ int main(int argc, char** argv) {
     add("w12 pdl no-stream", 12, false, true, false);
     cfgs.back().t.stream_kernel = false;
     stream_cfg("w12 pdl regs wide", 16, true);
-    stream_cfg("w12 pdl regs", 16, false);
     stream_cfg("w12 pdl regs8 wide", 8, true);
+    tma_cfg("w12 pdl tma16x4", 0, 2);
     tma_cfg("w12 pdl tma16x3", 1, 2);
     tma_cfg("w12 pdl tma12x5", 2, 2);
     tma_cfg("w12 pdl tma8x8", 3, 2);
-    tma_cfg("w12 pdl tma16x4 T4", 0, 4);
     int best_cfg = 0;
     double best_score = 1e30;
     std::printf("\n-- tuning sweep (Q5_K q8 route, nodes cap, argmax; medians of %d calls) --\n", runs);
