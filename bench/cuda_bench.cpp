@@ -192,13 +192,12 @@ int main(int argc, char** argv) {
       t.mma_warps = warps; t.stage_events = events; t.pdl = pdl; t.prefetch_l2 = prefetch;
       cfgs.push_back({name, t});
     };
-    // "wN" is the tokens-in-N kernel's warps (T > 2); "regs" the register stream kernel (T <= 2),
-    // "tmaWxS" the TMA kernel with W warps and S stages per warp (the default: 16 x 4).
-    auto stream_cfg = [&](const char* name, int warps, bool wide) {
+    // "wN" is the tokens-in-N kernel's warps (T > 2); "regsWxD" the register stream kernel (T <= 2)
+    // with W warps and D item buffers per warp (the default: 16 x 2); "tmaWxS" the TMA kernel with W
+    // warps and S stages per warp.
+    auto stream_cfg = [&](const char* name, int warps) {
       add(name, 12, false, true, false);
-      cfgs.back().t.stream_tma = false;
       cfgs.back().t.stream_warps = warps;
-      cfgs.back().t.stream_wide = wide;
     };
     auto tma_cfg = [&](const char* name, int ring, int max_tokens) {
       add(name, 12, false, true, false);
@@ -210,8 +209,8 @@ int main(int argc, char** argv) {
     add("w12 pdl", 12, false, true, false);
     add("w12 pdl no-stream", 12, false, true, false);
     cfgs.back().t.stream_kernel = false;
-    stream_cfg("w12 pdl regs wide", 16, true);
-    stream_cfg("w12 pdl regs8 wide", 8, true);
+    stream_cfg("w12 pdl regs12x3", 12);
+    stream_cfg("w12 pdl regs8x4", 8);
     tma_cfg("w12 pdl tma16x4", 0, 2);
     tma_cfg("w12 pdl tma16x3", 1, 2);
     tma_cfg("w12 pdl tma12x5", 2, 2);

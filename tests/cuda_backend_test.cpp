@@ -250,11 +250,10 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
     ForwardRequest req;
     req.want_logits = true;
     req.top_k = int(std::min<int64_t>(5, sh.V));
-    // ring >= 0: the TMA kernel with that ring; -1: the register kernel with warps / wide.
-    const struct { int ring, warps; bool pdl, events, wide; } configs[] = {
-        {0, 16, true, false, true},   {1, 16, true, true, true},   {2, 16, false, false, true},
-        {3, 16, true, false, true},   {-1, 16, true, false, false}, {-1, 8, true, true, true},
-        {-1, 16, false, false, false}, {-1, 8, true, false, false}};
+    // ring >= 0: the TMA kernel with that ring; -1: the register kernel with that many warps.
+    const struct { int ring, warps; bool pdl, events; } configs[] = {
+        {0, 16, true, false},  {1, 16, true, true},   {2, 16, false, false}, {3, 16, true, false},
+        {-1, 16, true, false}, {-1, 12, true, true}, {-1, 8, false, false},  {-1, 12, true, false}};
     for (int T = 1; T <= 4; ++T) {
       const std::vector<float> hidden = random_hidden(T, sh.H, rng);
       const ForwardOutput ref = run(*scalar, hidden, T, req);
@@ -264,7 +263,6 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
         t.stream_tma = c.ring >= 0;
         t.tma_ring = c.ring >= 0 ? c.ring : 0;
         t.stream_warps = c.warps;
-        t.stream_wide = c.wide;
         t.pdl = c.pdl;
         t.stage_events = c.events;
         t.check_guards = true;
@@ -276,8 +274,7 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
           EXPECT_TRUE(info.guards_intact) << info.kernel << " wrote outside the logits";
           expect_same(ref, got, req,
                       "V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
-                          " ring " + std::to_string(c.ring) + " warps " + std::to_string(c.warps) +
-                          (c.wide ? " wide" : ""));
+                          " ring " + std::to_string(c.ring) + " warps " + std::to_string(c.warps));
         }
       }
     }

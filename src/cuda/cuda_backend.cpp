@@ -49,7 +49,7 @@ struct Shape {
     char buf[256];
     std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, float_route,
                   int(format), cap_mode, k, logprobs, logits, stages, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
-                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_wide, t.tma_ring);
+                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma, t.tma_ring);
     return buf;
   }
 };
@@ -427,7 +427,6 @@ class CudaBackend final : public Backend {
     hp.prefetch_l2 = tuning_.prefetch_l2 ? 1 : 0;
     const bool pdl = tuning_.pdl && !tuning_.stage_events;
     hp.stream_weights = stream_weights_.get();
-    hp.stream_wide = tuning_.stream_wide ? 1 : 0;
     if (s.tma) {
       hp.t0 = 0;
       hp.tc = s.T;
@@ -624,8 +623,8 @@ void set_tuning(Backend& backend, const Tuning& tuning) {
   mc.warps = tuning.mma_warps;
   if (!q5k_mma_supported(mc))
     throw Error("no MMA kernel is built for " + std::to_string(tuning.mma_warps) + " warps per block");
-  if (tuning.stream_warps != 8 && tuning.stream_warps != 16)
-    throw Error("the stream kernel is built for 8 or 16 warps per block, not " + std::to_string(tuning.stream_warps));
+  if (tuning.stream_warps != 8 && tuning.stream_warps != 12 && tuning.stream_warps != 16)
+    throw Error("the stream kernel is built for 8, 12 or 16 warps per block, not " + std::to_string(tuning.stream_warps));
   if (tuning.stream_max_tokens < 0 || tuning.stream_max_tokens > kStreamMaxTokens)
     throw Error("the stream kernel runs up to " + std::to_string(kStreamMaxTokens) + " tokens");
   if (tuning.tma_ring < 0 || tuning.tma_ring >= q5k_tma_rings())

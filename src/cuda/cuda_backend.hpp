@@ -13,8 +13,7 @@ struct Tuning {
   bool lanes_kernel = true;         // T <= 2: the kernel with the eight float lanes in the MMA's N
   bool stream_kernel = true;        // Q5_K, T <= stream_max_tokens: weights streamed into registers
   int stream_max_tokens = 2;        // 0..4 (T = 3, 4 measured slower than the tokens-in-N kernel)
-  int stream_warps = 16;            // T <= 2: 8 or 16 warps per block (T = 3, 4 use 8)
-  bool stream_wide = false;         // L2::256B hint on the register kernel's weight loads (measured slower)
+  int stream_warps = 16;            // T <= 2: 16, 12 or 8 warps per block with 2, 3 or 4 items per warp in flight
   bool stream_tma = false;          // T <= 2 through the TMA kernel instead (measured 3 to 12 % slower)
   int tma_ring = 0;                 // TMA kernel, T <= 2: 0 = 16 warps x 4 stages, 1 = 16 x 3, 2 = 12 x 5, 3 = 8 x 8
   bool pdl = true;                  // programmatic dependent launch prep -> head (only without stage events)

@@ -89,7 +89,6 @@ struct HeadParams {
   float* max_out = nullptr;          // [kMaxTokens] device copy of each token's max
   int prefetch_l2 = 0;               // bulk-prefetch each warp's first tile into L2 before waiting
   const uint8_t* stream_weights = nullptr;  // Q5_K in the stream layout (stream_layout.hpp)
-  int stream_wide = 0;               // stream kernel: L2::256B hint on the weight loads
 };
 
 struct MmaConfig {

@@ -12,7 +12,7 @@ namespace lmhead::cuda {
 namespace lanes_math {
 
 constexpr int kTileRows = 16;
-constexpr int kZeroWords = 48;  // a zero run plus the 32-word stride to its second half
+constexpr int kZeroWords = 16;  // the B pairs of the threads that hold no lane
 
 __device__ __forceinline__ void mma_lanes(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                           uint32_t b0, uint32_t b1) {
@@ -60,9 +60,12 @@ struct ActSmem {
 };
 
 // Fills ActSmem from the prep kernel's output (after pdl_wait; the caller synchronises the block).
-// q8 bytes 32j + 4k .. 32j + 4k + 3 (word (j, k)) go to word (j / 4) * 32 + k * 4 + j % 4 of the
-// item's run: each lane k's words for sub-blocks 0..3 and 4..7 become 16-byte runs. Every load of a
-// batch is issued before any store (one L2 round trip per batch, paid once per call).
+// B of sub-block j's MMA is zero except lane k's own K range, which only thread (g = k, q = k % 4)
+// holds: in b0 (k < 4) or b1 (k >= 4). So the item's run keeps, per lane k, the register pairs
+// (b0, b1) that thread holds for j = 0..7: (word(j, k), 0) for k < 4, (0, word(j, k)) for k >= 4,
+// at words 16k + 2j, 16k + 2j + 1 (word (j, k) = q8 bytes 32j + 4k .. 32j + 4k + 3). Four 16-byte
+// loads then give the thread all eight pairs in MMA order; every other thread loads zeros. Every
+// load of a batch is issued before any store (one L2 round trip per batch, paid once per call).
 template <int TT>
 __device__ void stage_activations(const HeadParams& p, uint8_t* smem) {
   const ActSmem<TT> a(smem, p.groups);
@@ -84,12 +87,11 @@ __device__ void stage_activations(const HeadParams& p, uint8_t* smem) {
       const int i = base + u * blockDim.x;
       if (i < chunks) {
         const int c = i & 15, it = i >> 4;
-        const int j = c >> 1, k0 = 4 * (c & 1);
-        uint32_t* dst = a.act + it * stream::kActWords + (j >> 2) * 32 + (j & 3);
-        dst[(k0 + 0) * 4] = v[u].x;
-        dst[(k0 + 1) * 4] = v[u].y;
-        dst[(k0 + 2) * 4] = v[u].z;
-        dst[(k0 + 3) * 4] = v[u].w;
+        const int j = c >> 1, k0 = 4 * (c & 1);  // chunk c holds words (j, k0 .. k0 + 3)
+        uint2* dst = reinterpret_cast<uint2*>(a.act + it * stream::kActWords) + j;
+        const uint32_t w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) dst[8 * (k0 + i)] = k0 == 0 ? make_uint2(w[i], 0u) : make_uint2(0u, w[i]);
       }
     }
   }
@@ -100,10 +102,15 @@ __device__ void stage_activations(const HeadParams& p, uint8_t* smem) {
   }
 }
 
-// act_off0 / act_off1: the B slots this thread owns (b0 carries lane g's words when g == q, b1 when
-// g == q + 4; -1 otherwise, and the thread reads zeros).
+// act_off: where this thread's B pairs start in an item's run (16 g when g % 4 == q, else -1: the
+// thread reads zeros).
+__device__ __forceinline__ int act_offset(int lane) {
+  const int g = lane >> 2, q = lane & 3;
+  return (g & 3) == q ? 16 * g : -1;
+}
+
 template <int TT>
-__device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSmem<TT>& a, int act_off0, int act_off1,
+__device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSmem<TT>& a, int act_off,
                                              float (&acc)[TT][2][2], float (&summs)[TT][2]) {
   float dq[TT][2];
   uint32_t sc_lo[2], sc_hi[2];
@@ -129,17 +136,14 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSm
     }
   }
 
-  // B: words of lane k = g for sub-blocks 0..3 and 4..7 (slot b0 when g == q, b1 when g == q + 4).
-  uint4 b0[TT][2], b1[TT][2];
+  // B: the (b0, b1) register pairs of sub-blocks 2i, 2i + 1 in bp[t][i].
+  uint4 bp[TT][4];
 #pragma unroll
   for (int t = 0; t < TT; ++t) {
     const uint32_t* run = a.act + (sb * TT + t) * stream::kActWords;
-    const uint32_t* p0 = act_off0 >= 0 ? run + act_off0 : a.zero;
-    const uint32_t* p1 = act_off1 >= 0 ? run + act_off1 : a.zero;
-    b0[t][0] = lds128(p0);
-    b0[t][1] = lds128(p0 + 32);
-    b1[t][0] = lds128(p1);
-    b1[t][1] = lds128(p1 + 32);
+    const uint32_t* src = act_off >= 0 ? run + act_off : a.zero;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bp[t][i] = lds128(src + 4 * i);
   }
 
   int isum[TT][2][2];
@@ -165,7 +169,7 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSm
 #pragma unroll
     for (int t = 0; t < TT; ++t) {
       int dd[4];
-      mma_lanes(dd, wq[0], wq[1], wq4[0], wq4[1], word_of(b0[t][j >> 2], j & 3), word_of(b1[t][j >> 2], j & 3));
+      mma_lanes(dd, wq[0], wq[1], wq4[0], wq4[1], word_of(bp[t][j >> 1], 2 * (j & 1)), word_of(bp[t][j >> 1], 2 * (j & 1) + 1));
       isum[t][0][0] += s0 * dd[0];
       isum[t][0][1] += s0 * dd[1];
       isum[t][1][0] += s1 * dd[2];

@@ -34,25 +34,15 @@ using namespace lanes_math;
 
 // Weights are read once: no L1 allocation. The header goes through L1, because the even block's
 // header load brings in the 32-byte sector that the odd block's header load reads next.
-// kWide adds the L2::256B hint: L2 fetches 256-byte blocks from DRAM (fewer, larger requests).
-template <bool kWide>
 __device__ __forceinline__ uint4 ldg_once128(const void* p) {
   uint4 v;
-  if constexpr (kWide)
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  else
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
-template <bool kWide>
 __device__ __forceinline__ uint2 ldg_once64(const void* p) {
   uint2 v;
-  if constexpr (kWide)
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  else
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 __device__ __forceinline__ uint4 ldg_header(const void* p) {
@@ -61,19 +51,19 @@ __device__ __forceinline__ uint4 ldg_header(const void* p) {
   return v;
 }
 
-template <bool kWide>
 __device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lane) {
   const int g = lane >> 2;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    it.lo[r] = ldg_once128<kWide>(item + stream::kLo + 512 * r + 16 * lane);
-    it.hi[r] = ldg_once128<kWide>(item + stream::kHi + 512 * r + 16 * lane);
-    it.qh[r] = ldg_once64<kWide>(item + stream::kQh + 256 * r + 8 * lane);
+    it.lo[r] = ldg_once128(item + stream::kLo + 512 * r + 16 * lane);
+    it.hi[r] = ldg_once128(item + stream::kHi + 512 * r + 16 * lane);
+    it.qh[r] = ldg_once64(item + stream::kQh + 256 * r + 8 * lane);
     it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
   }
 }
 
-template <int TT, int NW, bool kWide>
+// D register buffers per warp: while one item is computed, D - 1 are in flight.
+template <int TT, int NW, int D>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
 
@@ -81,45 +71,38 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
   const ActSmem<TT> act(smem, G);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, q = lane & 3;
-  const int V = p.vocab;
-  const int ntiles = (V + kTileRows - 1) / kTileRows;
-  const int pairs = (G + 1) / 2;
+  const int ntiles = (p.vocab + kTileRows - 1) / kTileRows;
   const int total_warps = gridDim.x * NW;
   const uint8_t* weights = p.stream_weights;
-  auto item_ptr = [&](int tile, int sb) { return weights + (int64_t(tile) * G + sb) * stream::kItemBytes; };
 
-  // Tiles: two static ones per warp, then a dynamic hand-out fetched a whole tile ahead.
-  int load_tile = blockIdx.x * NW + warp;
+  // The load cursor runs D items ahead of the computation. Tiles: two static ones per warp, then a
+  // dynamic hand-out fetched a whole tile ahead.
+  int load_tile = blockIdx.x * NW + warp, load_sb = 0;
   int next_tile = load_tile + total_warps;
   int pending = 0;
   if (lane == 0) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
-  int load_pair = 0;
-  auto advance = [&]() {
-    if (++load_pair == pairs) {
-      load_pair = 0;
+  Item buf[D];
+  int buf_tile[D], buf_sb[D];
+  auto load_next = [&](int d) {
+    buf_tile[d] = load_tile;
+    buf_sb[d] = load_sb;
+    if (load_tile >= ntiles) return;
+    load_item(buf[d], weights + (int64_t(load_tile) * G + load_sb) * stream::kItemBytes, lane);
+    if (++load_sb == G) {
+      load_sb = 0;
       load_tile = next_tile;
       next_tile = __shfl_sync(0xffffffffu, pending, 0);
       if (lane == 0 && next_tile < ntiles) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
     }
   };
-
-  Item even, odd;
-  int item_tile = load_tile, item_pair = 0;
-  if (load_tile < ntiles) {
-    load_item<kWide>(even, item_ptr(load_tile, 0), lane);
-    if (1 < G) load_item<kWide>(odd, item_ptr(load_tile, 1), lane);
-  }
-  advance();
+#pragma unroll
+  for (int d = 0; d < D; ++d) load_next(d);
 
   pdl_wait();
   stage_activations<TT>(p, smem);
   __syncthreads();
 
-  // B slots this thread owns: b0 carries lane g's words when g == q, b1 when g == q + 4.
-  const int act_off0 = g == q ? g * 4 : -1;
-  const int act_off1 = g == q + 4 ? g * 4 : -1;
-
+  const int act_off = act_offset(lane);
   PartialBest best[TT];
   float acc[TT][2][2];  // [token][row g, g+8][lane 2q + c]
   float summs[TT][2];
@@ -133,27 +116,24 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
     }
   }
 
-  while (item_tile < ntiles) {
-    const int tile = item_tile, pair = item_pair;
-    compute_item<TT>(even, 2 * pair, act, act_off0, act_off1, acc, summs);
-    const bool loading = load_tile < ntiles;
-    if (loading) load_item<kWide>(even, item_ptr(load_tile, 2 * load_pair), lane);
-    if (2 * pair + 1 < G)
-      compute_item<TT>(odd, 2 * pair + 1, act, act_off0, act_off1, acc, summs);
-    if (loading && 2 * load_pair + 1 < G) load_item<kWide>(odd, item_ptr(load_tile, 2 * load_pair + 1), lane);
-    item_tile = load_tile;
-    item_pair = load_pair;
-    if (loading) advance();
-
-    if (pair == pairs - 1) finish_tile<TT>(p, tile, lane, acc, summs, best);
+  bool more = buf_tile[0] < ntiles;
+  while (more) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const int tile = buf_tile[d], sb = buf_sb[d];
+      if (tile >= ntiles) { more = false; break; }
+      compute_item<TT>(buf[d], sb, act, act_off, acc, summs);
+      load_next(d);
+      if (sb == G - 1) finish_tile<TT>(p, tile, lane, acc, summs, best);
+    }
   }
 
   finish_block<TT, NW>(p, best);
 }
 
-template <int TT, int NW, bool kWide>
+template <int TT, int NW, int D>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  auto kernel = q5k_stream_kernel<TT, NW, kWide>;
+  auto kernel = q5k_stream_kernel<TT, NW, D>;
   static OncePerDevice configured;
   configured.run([&](int device) {
     int optin = 0;
@@ -173,27 +153,26 @@ void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stre
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
-template <bool kWide>
-void launch_tokens(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
-  const bool w16 = warps >= 16;
-  switch (p.T) {
-    case 1: return w16 ? launch_config<1, 16, kWide>(p, pdl, num_sms, stream)
-                       : launch_config<1, 8, kWide>(p, pdl, num_sms, stream);
-    case 2: return w16 ? launch_config<2, 16, kWide>(p, pdl, num_sms, stream)
-                       : launch_config<2, 8, kWide>(p, pdl, num_sms, stream);
-    case 3: return launch_config<3, 8, kWide>(p, pdl, num_sms, stream);
-    default: return launch_config<4, 8, kWide>(p, pdl, num_sms, stream);
-  }
-}
-
 }  // namespace
 
 size_t q5k_stream_smem(int groups, int tokens) { return act_smem_bytes(groups, tokens); }
 
+// warps picks (warps per block, register buffers per warp) for T <= 2: 16 -> (16, 2), 12 -> (12, 3),
+// 8 -> (8, 4); T = 3, 4 run 8 warps with 2 buffers (more accumulators per thread).
 void launch_q5k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
   if (p.T < 1 || p.T > kStreamMaxTokens) throw Error("launch_q5k_stream: 1 to 4 tokens per call");
-  if (p.stream_wide) launch_tokens<true>(p, warps, pdl, num_sms, stream);
-  else launch_tokens<false>(p, warps, pdl, num_sms, stream);
+  if (warps != 8 && warps != 12 && warps != 16) throw Error("launch_q5k_stream: 8, 12 or 16 warps per block");
+  switch (p.T * 100 + warps) {
+    case 116: return launch_config<1, 16, 2>(p, pdl, num_sms, stream);
+    case 112: return launch_config<1, 12, 3>(p, pdl, num_sms, stream);
+    case 108: return launch_config<1, 8, 4>(p, pdl, num_sms, stream);
+    case 216: return launch_config<2, 16, 2>(p, pdl, num_sms, stream);
+    case 212: return launch_config<2, 12, 3>(p, pdl, num_sms, stream);
+    case 208: return launch_config<2, 8, 4>(p, pdl, num_sms, stream);
+    default: break;
+  }
+  if (p.T == 3) return launch_config<3, 8, 2>(p, pdl, num_sms, stream);
+  return launch_config<4, 8, 2>(p, pdl, num_sms, stream);
 }
 
 }  // namespace lmhead::cuda

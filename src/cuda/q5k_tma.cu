@@ -103,8 +103,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p)
   stage_activations<TT>(p, smem + size_t(NW) * S * kStageBytes);
   __syncthreads();
 
-  const int act_off0 = g == q ? g * 4 : -1;
-  const int act_off1 = g == q + 4 ? g * 4 : -1;
+  const int act_off = act_offset(lane);
   PartialBest best[TT];
   float acc[TT][2][2];
   float summs[TT][2];
@@ -141,7 +140,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p)
     __syncwarp();
     issue(slot);  // refill the stage while this item is computed from registers
 
-    compute_item<TT>(it, sb, act, act_off0, act_off1, acc, summs);
+    compute_item<TT>(it, sb, act, act_off, acc, summs);
     if (sb == G - 1) finish_tile<TT>(p, tile, lane, acc, summs, best);
     slot = slot + 1 == S ? 0 : slot + 1;
   }

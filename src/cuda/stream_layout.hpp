@@ -22,7 +22,7 @@ constexpr int kTileRows = 16;
 constexpr int kBlockBytes = 176;
 constexpr int kItemBytes = kTileRows * kBlockBytes;  // 2816
 constexpr int kLo = 0, kHi = 1024, kQh = 2048, kHeader = 2560;
-constexpr int kActWords = 64;  // one super-block of one token's q8, in lane runs
+constexpr int kActWords = 128;  // one super-block of one token's q8 as per-lane MMA B pairs (zeros between)
 
 // The file's Q5_K block: header (d, dmin, 12 bytes of scales) [0, 16), qh [16, 48), qs [48, 176).
 constexpr int kFileQh = 16, kFileQs = 48;
