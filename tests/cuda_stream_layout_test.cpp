@@ -1,7 +1,7 @@
-// The Q5_K stream layout (src/cuda/stream_layout.hpp) on the host: each item is a permutation of
-// its 16 file blocks, and reading it the way the stream kernels do (thread (g, q), rows g and g + 8,
-// sub-block j, lanes q and q + 4) yields every 5-bit level and header of the file. Runs without a
-// GPU, so CI checks the layout the kernels depend on.
+// The Q5_K stream layout (src/cuda/stream_layout.hpp) on the host: the packed level words decode
+// back to every level, and reading an item the way the stream kernels do (thread (g, q), rows g and
+// g + 8, sub-block j, lanes q and q + 4) yields every 5-bit level and header of the file, with zeros
+// for rows past the vocabulary. Runs without a GPU, so CI checks the layout the kernels depend on.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,8 +16,6 @@ namespace lmhead {
 namespace {
 
 namespace st = cuda::stream;
-
-uint32_t word_at(const uint8_t* p) { uint32_t w; std::memcpy(&w, p, 4); return w; }
 
 // The 5-bit level of element e (0..255) of a file block, as numerics.md §3 defines it.
 int file_level(const uint8_t* block, int e) {
@@ -36,6 +34,18 @@ TEST(CudaStreamLayout, SizesPadTheLastTile) {
   EXPECT_EQ(st::kItemBytes % 128, 0);
 }
 
+TEST(CudaStreamLayout, PackedWordsRoundTrip) {
+  std::mt19937_64 rng(7);
+  for (int rep = 0; rep < 20000; ++rep) {
+    uint32_t a[16], w[10];
+    for (auto& x : a) x = uint32_t(rng()) & 0x1F1F1F1Fu;
+    if (rep == 0) for (auto& x : a) x = 0x1F1F1F1Fu;
+    if (rep == 1) for (auto& x : a) x = 0;
+    st::pack_levels(a, w);
+    for (int i = 0; i < 16; ++i) ASSERT_EQ(st::level_word(w, i), a[i]) << "word " << i << " rep " << rep;
+  }
+}
+
 TEST(CudaStreamLayout, KernelReadsRecoverEveryLevel) {
   std::mt19937_64 rng(20261130);
   for (int groups : {1, 2, 3}) {
@@ -49,34 +59,22 @@ TEST(CudaStreamLayout, KernelReadsRecoverEveryLevel) {
 
       for (int sb = 0; sb < groups; ++sb) {
         const uint8_t* item = out.data() + size_t(sb) * st::kItemBytes;
-        // Same bytes as the 16 blocks (zeros for the missing rows), re-ordered.
-        std::vector<uint8_t> a(item, item + st::kItemBytes), b;
-        for (int i = 0; i < st::kTileRows; ++i) {
-          if (rows[i]) b.insert(b.end(), rows[i] + sb * st::kBlockBytes, rows[i] + (sb + 1) * st::kBlockBytes);
-          else b.insert(b.end(), st::kBlockBytes, 0);
-        }
-        std::sort(a.begin(), a.end());
-        std::sort(b.begin(), b.end());
-        EXPECT_EQ(a, b) << "item " << sb;
 
         for (int lane = 0; lane < 32; ++lane) {
           const int g = lane / 4, q = lane % 4;
           for (int r = 0; r < 2; ++r) {
             const int row = g + 8 * r;
-            const uint8_t* lo = item + st::kLo + 512 * r + 16 * lane;
-            const uint8_t* hi = item + st::kHi + 512 * r + 16 * lane;
-            const uint8_t* qh = item + st::kQh + 256 * r + 8 * lane;
+            uint32_t words[10];
+            std::memcpy(words, item + st::kW03 + 512 * r + 16 * lane, 16);
+            std::memcpy(words + 4, item + st::kW47 + 512 * r + 16 * lane, 16);
+            std::memcpy(words + 8, item + st::kW89 + 256 * r + 8 * lane, 8);
             const uint8_t* file_block = rows[row] ? rows[row] + sb * st::kBlockBytes : nullptr;
-            if (file_block) {
-              EXPECT_EQ(std::memcmp(item + st::kHeader + 16 * row, file_block, 16), 0) << "header of row " << row;
-            }
+            const uint8_t zeros[16] = {};
+            EXPECT_EQ(std::memcmp(item + st::kHeader + 16 * row, file_block ? file_block : zeros, 16), 0)
+                << "header of row " << row;
             for (int j = 0; j < 8; ++j) {
-              const int p = j / 2;
-              const uint8_t* src = p < 2 ? lo : hi;
               for (int half = 0; half < 2; ++half) {  // lane q, then lane q + 4
-                const uint32_t qs_word = word_at(src + 4 * (2 * (p % 2) + half));
-                const uint32_t qh_word = word_at(qh + 4 * half);
-                const uint32_t w = ((qs_word >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((qh_word >> j) & 0x01010101u) << 4);
+                const uint32_t w = st::level_word(words, 2 * j + half);
                 for (int byte = 0; byte < 4; ++byte) {
                   const int e = 32 * j + 4 * (q + 4 * half) + byte;
                   const int want = file_block ? file_level(file_block, e) : 0;

@@ -21,11 +21,11 @@ __device__ __forceinline__ void mma_lanes(int (&d)[4], uint32_t a0, uint32_t a1,
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
 }
 
-// One item's registers for rows g and g + 8: qs words (p0, k), (p0, k+4), (p1, k), (p1, k+4) in
-// lo, the same for p2, p3 in hi, qh words k and k + 4 in qh, the header in h (k = q).
+// One item's registers for rows g and g + 8 (r): the ten packed level words W0..W9 of the thread
+// (stream_layout.hpp) and the row's header.
 struct Item {
-  uint4 lo[2], hi[2];
-  uint2 qh[2];
+  uint4 w03[2], w47[2];
+  uint2 w89[2];
   uint4 h[2];
 };
 
@@ -152,17 +152,21 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSm
 #pragma unroll
     for (int r = 0; r < 2; ++r) isum[t][r][0] = isum[t][r][1] = 0;
 
+  uint32_t w[2][10];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    w[r][0] = it.w03[r].x; w[r][1] = it.w03[r].y; w[r][2] = it.w03[r].z; w[r][3] = it.w03[r].w;
+    w[r][4] = it.w47[r].x; w[r][5] = it.w47[r].y; w[r][6] = it.w47[r].z; w[r][7] = it.w47[r].w;
+    w[r][8] = it.w89[r].x; w[r][9] = it.w89[r].y;
+  }
+
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    constexpr uint32_t kLow = 0x0F0F0F0Fu;
-    const int p = j >> 1;
     uint32_t wq[2], wq4[2];  // rows g, g + 8: lane q and lane q + 4 of sub-block j
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const uint4& src = p < 2 ? it.lo[r] : it.hi[r];
-      const uint32_t qs_q = word_of(src, 2 * (p & 1)), qs_q4 = word_of(src, 2 * (p & 1) + 1);
-      wq[r] = ((qs_q >> (4 * (j & 1))) & kLow) | (((it.qh[r].x >> j) & 0x01010101u) << 4);
-      wq4[r] = ((qs_q4 >> (4 * (j & 1))) & kLow) | (((it.qh[r].y >> j) & 0x01010101u) << 4);
+      wq[r] = stream::level_word(w[r], 2 * j);
+      wq4[r] = stream::level_word(w[r], 2 * j + 1);
     }
     const int s0 = int(__byte_perm((j < 4) ? sc_lo[0] : sc_hi[0], 0u, 0x4440u | unsigned(j & 3)));
     const int s1 = int(__byte_perm((j < 4) ? sc_lo[1] : sc_hi[1], 0u, 0x4440u | unsigned(j & 3)));

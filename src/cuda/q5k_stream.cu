@@ -55,9 +55,9 @@ __device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lan
   const int g = lane >> 2;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    it.lo[r] = ldg_once128(item + stream::kLo + 512 * r + 16 * lane);
-    it.hi[r] = ldg_once128(item + stream::kHi + 512 * r + 16 * lane);
-    it.qh[r] = ldg_once64(item + stream::kQh + 256 * r + 8 * lane);
+    it.w03[r] = ldg_once128(item + stream::kW03 + 512 * r + 16 * lane);
+    it.w47[r] = ldg_once128(item + stream::kW47 + 512 * r + 16 * lane);
+    it.w89[r] = ldg_once64(item + stream::kW89 + 256 * r + 8 * lane);
     it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
   }
 }

@@ -132,9 +132,9 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p)
     const uint8_t* st = stages + slot * kStageBytes;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      it.lo[r] = lds128(st + stream::kLo + 512 * r + 16 * lane);
-      it.hi[r] = lds128(st + stream::kHi + 512 * r + 16 * lane);
-      it.qh[r] = *reinterpret_cast<const uint2*>(st + stream::kQh + 256 * r + 8 * lane);
+      it.w03[r] = lds128(st + stream::kW03 + 512 * r + 16 * lane);
+      it.w47[r] = lds128(st + stream::kW47 + 512 * r + 16 * lane);
+      it.w89[r] = *reinterpret_cast<const uint2*>(st + stream::kW89 + 256 * r + 8 * lane);
       it.h[r] = lds128(st + stream::kHeader + 16 * (g + 8 * r));
     }
     __syncwarp();

@@ -6,13 +6,17 @@
 // global memory, no bank conflicts in shared memory) and a whole item is one bulk copy.
 //
 // Thread (g, q) of a warp (g = lane / 4, q = lane % 4) decodes rows g and g + 8 (r = 0, 1) and owns
-// the float lanes k = q and k = q + 4, i.e. qs words 8p + q and 8p + q + 4 (p = 0..3) and qh words
-// q and q + 4 of the file's block. Item sections (lane = 4g + q):
-//   lo     [r][lane] 16 B at    0 + 512 r + 16 lane: qs words (q, q+4, 8+q, 12+q)
-//   hi     [r][lane] 16 B at 1024 + 512 r + 16 lane: qs words (16+q, 20+q, 24+q, 28+q)
-//   qh     [r][lane]  8 B at 2048 + 256 r +  8 lane: qh words (q, q+4)
-//   header [row]     16 B at 2560 + 16 row (row = g + 8 r): d, dmin and the 12 scale bytes
-// Rows past the vocabulary (the last tile's padding) are zero. Same bytes as the file, re-ordered.
+// the float lanes k = q and k = q + 4: per row, the sixteen MMA operand words A(a), a = 2j + h, that
+// hold the 5-bit levels of elements 32j + 4k .. 32j + 4k + 3 (k = q + 4h), one per byte. Those 320
+// bits are stored as ten words W0..W9 that decode with few operations (pack_levels / level_word):
+// W0..W9 carry A(0)..A(9) in bits 0-4 of each byte (one AND each); A(10)..A(15) are split into
+// 3 + 2 bits over the spare bits 5-7 (four or six operations each), 38 operations per row instead
+// of 56 for the file's nibble + high-bit planes. Item sections (lane = 4g + q):
+//   W0..W3 [r][lane] 16 B at    0 + 512 r + 16 lane
+//   W4..W7 [r][lane] 16 B at 1024 + 512 r + 16 lane
+//   W8..W9 [r][lane]  8 B at 2048 + 256 r +  8 lane
+//   header [row]     16 B at 2560 + 16 row (row = g + 8 r): d, dmin and the 12 scale bytes, as in the file
+// Rows past the vocabulary (the last tile's padding) are zero. Same number of bytes as the file.
 #include <cstdint>
 #include <cstring>
 
@@ -21,11 +25,46 @@ namespace lmhead::cuda::stream {
 constexpr int kTileRows = 16;
 constexpr int kBlockBytes = 176;
 constexpr int kItemBytes = kTileRows * kBlockBytes;  // 2816
-constexpr int kLo = 0, kHi = 1024, kQh = 2048, kHeader = 2560;
+constexpr int kW03 = 0, kW47 = 1024, kW89 = 2048, kHeader = 2560;
 constexpr int kActWords = 128;  // one super-block of one token's q8 as per-lane MMA B pairs (zeros between)
 
 // The file's Q5_K block: header (d, dmin, 12 bytes of scales) [0, 16), qh [16, 48), qs [48, 176).
 constexpr int kFileQh = 16, kFileQs = 48;
+
+#if defined(__CUDACC__)
+#define LMHEAD_STREAM_FN __host__ __device__ __forceinline__
+#else
+#define LMHEAD_STREAM_FN inline
+#endif
+
+// A(a) from the ten stored words (a = 2j + h; constant in the kernel's unrolled loops).
+LMHEAD_STREAM_FN uint32_t level_word(const uint32_t (&w)[10], int a) {
+  if (a < 10) return w[a] & 0x1F1F1F1Fu;
+  const int m = a - 10;
+  const uint32_t low3 = (w[m] >> 5) & 0x07070707u;
+  if (m < 4) return low3 | ((w[6 + m] >> 2) & 0x18181818u);
+  const int b = m == 4 ? 6 : 8;
+  return low3 | ((w[b] >> 4) & 0x08080808u) | ((w[b + 1] >> 3) & 0x10101010u);
+}
+
+// The inverse: ten words from the sixteen operand words (each byte a level below 32).
+inline void pack_levels(const uint32_t (&a)[16], uint32_t (&w)[10]) {
+  for (int i = 0; i < 10; ++i) w[i] = a[i];
+  for (int m = 0; m < 6; ++m) {
+    for (int byte = 0; byte < 4; ++byte) {
+      const uint32_t v = (a[10 + m] >> (8 * byte)) & 0x1Fu, p3 = v & 7u, p2 = v >> 3;
+      const int s = 8 * byte;
+      w[m] |= p3 << (s + 5);
+      if (m < 4) {
+        w[6 + m] |= p2 << (s + 5);
+      } else {
+        const int b = m == 4 ? 6 : 8;
+        w[b] |= (p2 & 1u) << (s + 7);
+        w[b + 1] |= (p2 >> 1) << (s + 7);
+      }
+    }
+  }
+}
 
 inline int64_t tiles(int64_t vocab) { return (vocab + kTileRows - 1) / kTileRows; }
 inline uint64_t bytes(int64_t vocab, int groups) { return uint64_t(tiles(vocab)) * uint64_t(groups) * kItemBytes; }
@@ -42,15 +81,20 @@ inline void transcode_tile(const uint8_t* const (&rows)[kTileRows], int groups, 
       const int g = row % 8, r = row / 8;
       for (int q = 0; q < 4; ++q) {
         const int lane = 4 * g + q;
-        uint8_t* lo = item + kLo + 512 * r + 16 * lane;
-        uint8_t* hi = item + kHi + 512 * r + 16 * lane;
-        uint8_t* qh = item + kQh + 256 * r + 8 * lane;
-        for (int i = 0; i < 4; ++i) {
-          std::memcpy(lo + 4 * i, in + kFileQs + 4 * (4 * i + q), 4);       // qs words q, q+4, q+8, q+12
-          std::memcpy(hi + 4 * i, in + kFileQs + 4 * (16 + 4 * i + q), 4);  // qs words 16+q, .., 28+q
+        uint32_t a[16], w[10];
+        for (int j = 0; j < 8; ++j) {
+          for (int h = 0; h < 2; ++h) {
+            const int k = q + 4 * h;
+            uint32_t qs, qh;  // file words: nibbles of sub-blocks 2p, 2p+1 (p = j / 2); high bits of all j
+            std::memcpy(&qs, in + kFileQs + 32 * (j / 2) + 4 * k, 4);
+            std::memcpy(&qh, in + kFileQh + 4 * k, 4);
+            a[2 * j + h] = ((qs >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((qh >> j) & 0x01010101u) << 4);
+          }
         }
-        std::memcpy(qh, in + kFileQh + 4 * q, 4);
-        std::memcpy(qh + 4, in + kFileQh + 4 * (q + 4), 4);
+        pack_levels(a, w);
+        std::memcpy(item + kW03 + 512 * r + 16 * lane, w, 16);
+        std::memcpy(item + kW47 + 512 * r + 16 * lane, w + 4, 16);
+        std::memcpy(item + kW89 + 256 * r + 8 * lane, w + 8, 8);
       }
       std::memcpy(item + kHeader + 16 * row, in, 16);
     }
