@@ -38,7 +38,7 @@ __device__ __forceinline__ float f16_scale(uint32_t h16) {
 
 // The activations in dynamic shared memory: a zero run, then per (super-block, token) the q8 bytes
 // in lane runs (64 words), the sub-block sums in int16 pairs, and y.d.
-inline size_t act_smem_bytes(int groups, int tt) {
+__host__ __device__ inline size_t act_smem_bytes(int groups, int tt) {
   const size_t items = size_t(groups) * tt;
   return kZeroWords * 4 + items * (stream::kActWords * 4 + 16) + (items + 3) / 4 * 16;
 }
@@ -109,10 +109,17 @@ __device__ __forceinline__ int act_offset(int lane) {
   return (g & 3) == q ? 16 * g : -1;
 }
 
+// One item's numbers for rows g, g + 8 (r), tokens t and lanes 2q + c: the integer lane sums
+// isum, dq = y.d * d, and the mins term's dm = -y.d * dmin and float(imin) (exact).
 template <int TT>
-__device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSmem<TT>& a, int act_off,
-                                             float (&acc)[TT][2][2], float (&summs)[TT][2]) {
-  float dq[TT][2];
+struct ItemSums {
+  int isum[TT][2][2];
+  float dq[TT][2], dm[TT][2], fim[TT][2];
+};
+
+template <int TT>
+__device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<TT>& a, int act_off, ItemSums<TT>& out) {
+  float (&dq)[TT][2] = out.dq;
   uint32_t sc_lo[2], sc_hi[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -127,12 +134,12 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSm
       const float yd = a.yd[sb * TT + t];
       const uint4 bs = a.bsp[sb * TT + t];
       dq[t][r] = __fmul_rn(yd, d);
-      const float dm = __fmul_rn(-yd, dmin);
+      out.dm[t][r] = __fmul_rn(-yd, dmin);
       int im = __dp2a_lo(int(bs.x), int(mlo), kMagicBits);
       im = __dp2a_hi(int(bs.y), int(mlo), im);
       im = __dp2a_lo(int(bs.z), int(mhi), im);
       im = __dp2a_hi(int(bs.w), int(mhi), im);
-      summs[t][r] = __fmaf_rn(dm, __fsub_rn(__int_as_float(im), kMagic), summs[t][r]);
+      out.fim[t][r] = __fsub_rn(__int_as_float(im), kMagic);
     }
   }
 
@@ -146,7 +153,7 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSm
     for (int i = 0; i < 4; ++i) bp[t][i] = lds128(src + 4 * i);
   }
 
-  int isum[TT][2][2];
+  int (&isum)[TT][2][2] = out.isum;
 #pragma unroll
   for (int t = 0; t < TT; ++t)
 #pragma unroll
@@ -180,13 +187,23 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSm
       isum[t][1][1] += s1 * dd[3];
     }
   }
+}
+
+// The item's step of the float chains (numerics.md §5): summs += dm * imin, acc[k] += dq * isum[k].
+template <int TT>
+__device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSmem<TT>& a, int act_off,
+                                             float (&acc)[TT][2][2], float (&summs)[TT][2]) {
+  ItemSums<TT> s;
+  item_sums<TT>(it, sb, a, act_off, s);
 #pragma unroll
   for (int t = 0; t < TT; ++t)
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+    for (int r = 0; r < 2; ++r) {
+      summs[t][r] = __fmaf_rn(s.dm[t][r], s.fim[t][r], summs[t][r]);
 #pragma unroll
       for (int c = 0; c < 2; ++c)
-        acc[t][r][c] = __fmaf_rn(dq[t][r], __int2float_rn(isum[t][r][c]), acc[t][r][c]);
+        acc[t][r][c] = __fmaf_rn(s.dq[t][r], __int2float_rn(s.isum[t][r][c]), acc[t][r][c]);
+    }
 }
 
 // After a tile's last super-block: the eight lanes of each row meet (shuffles within the quad),
