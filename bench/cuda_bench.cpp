@@ -197,12 +197,10 @@ int main(int argc, char** argv) {
     // warps and S stages per warp.
     auto stream_cfg = [&](const char* name, int warps) {
       add(name, 12, false, true, false);
-      cfgs.back().t.coop_kernel = false;
       cfgs.back().t.stream_warps = warps;
     };
     auto tma_cfg = [&](const char* name, int ring, int max_tokens) {
       add(name, 12, false, true, false);
-      cfgs.back().t.coop_kernel = false;
       cfgs.back().t.stream_tma = true;
       cfgs.back().t.tma_ring = ring;
       cfgs.back().t.stream_max_tokens = max_tokens;
@@ -211,8 +209,6 @@ int main(int argc, char** argv) {
     add("w12 pdl", 12, false, true, false);
     add("w12 pdl no-stream", 12, false, true, false);
     cfgs.back().t.stream_kernel = false;
-    add("w12 pdl coop T4", 12, false, true, false);
-    cfgs.back().t.stream_max_tokens = 4;
     stream_cfg("w12 pdl regs16x2", 16);
     stream_cfg("w12 pdl regs12x3", 12);
     tma_cfg("w12 pdl tma16x4", 0, 2);

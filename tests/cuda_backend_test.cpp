@@ -184,17 +184,16 @@ TEST(CudaBackend, Q5KMatchesScalarForEveryTokenCount) {
   for (int T = 1; T <= 16; ++T) {
     const std::vector<float> hidden = random_hidden(T, 512, rng);
     const ForwardOutput ref = run(*scalar, hidden, T, req);
-    // Block-split, TMA and register stream kernels (T <= 4), lanes kernel (T <= 2), tokens-in-N, generic
-    static const char* const kNames[] = {"q5k_coop", "q5k_tma", "q5k_stream", "q5k_lanes", "q5k_mma", "generic"};
-    for (int variant = 0; variant < 6; ++variant) {
-      tuning.stream_kernel = variant <= 2;
-      tuning.coop_kernel = variant == 0;
-      tuning.stream_tma = variant == 1;
+    // TMA and register stream kernels (T <= 4), lanes kernel (T <= 2), tokens-in-N kernel, generic
+    static const char* const kNames[] = {"q5k_tma", "q5k_stream", "q5k_lanes", "q5k_mma", "generic"};
+    for (int variant = 0; variant < 5; ++variant) {
+      tuning.stream_kernel = variant <= 1;
+      tuning.stream_tma = variant == 0;
       tuning.stream_max_tokens = 4;
-      tuning.lanes_kernel = variant == 3;
-      tuning.use_mma = variant < 5;
-      if (variant <= 2 && T > 4) continue;
-      if (variant == 3 && T > 2) continue;
+      tuning.lanes_kernel = variant == 2;
+      tuning.use_mma = variant < 4;
+      if (variant <= 1 && T > 4) continue;
+      if (variant == 2 && T > 2) continue;
       cuda::set_tuning(*gpu, tuning);
       for (int rep = 0; rep < 2; ++rep) {  // the first call runs directly, the second replays the graph
         const ForwardOutput got = run(*gpu, hidden, T, req);
@@ -251,19 +250,16 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
     ForwardRequest req;
     req.want_logits = true;
     req.top_k = int(std::min<int64_t>(5, sh.V));
-    // ring >= 0: the TMA kernel with that ring; -1: the register kernel with that many warps;
-    // -2: the block-split kernel.
+    // ring >= 0: the TMA kernel with that ring; -1: the register kernel with that many warps.
     const struct { int ring, warps; bool pdl, events; } configs[] = {
         {0, 16, true, false},  {1, 16, true, true},   {2, 16, false, false}, {3, 16, true, false},
-        {-1, 16, true, false}, {-1, 12, true, true}, {-1, 8, false, false},  {-1, 12, true, false},
-        {-2, 16, true, false}, {-2, 16, false, true}};
+        {-1, 16, true, false}, {-1, 12, true, true}, {-1, 8, false, false},  {-1, 12, true, false}};
     for (int T = 1; T <= 4; ++T) {
       const std::vector<float> hidden = random_hidden(T, sh.H, rng);
       const ForwardOutput ref = run(*scalar, hidden, T, req);
       for (const auto& c : configs) {
         cuda::Tuning t;
         t.stream_max_tokens = 4;
-        t.coop_kernel = c.ring == -2;
         t.stream_tma = c.ring >= 0;
         t.tma_ring = c.ring >= 0 ? c.ring : 0;
         t.stream_warps = c.warps;
@@ -274,7 +270,7 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
         for (int rep = 0; rep < 2; ++rep) {
           const ForwardOutput got = run(*gpu, hidden, T, req);
           const cuda::CallInfo info = cuda::last_call(*gpu);
-          EXPECT_EQ(info.kernel, c.ring >= 0 ? "q5k_tma" : c.ring == -1 ? "q5k_stream" : "q5k_coop");
+          EXPECT_EQ(info.kernel, c.ring >= 0 ? "q5k_tma" : "q5k_stream");
           EXPECT_TRUE(info.guards_intact) << info.kernel << " wrote outside the logits";
           expect_same(ref, got, req,
                       "V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
@@ -359,14 +355,13 @@ TEST(CudaBackend, SaturatedCapTies) {
   auto gpu = make_cuda_backend(head.view, 1);
   ForwardRequest req;
   req.top_k = 20;
-  for (int variant = 0; variant < 6; ++variant) {  // block-split, TMA, register stream, lanes, tokens-in-N, generic
+  for (int variant = 0; variant < 5; ++variant) {  // TMA, register stream, lanes, tokens-in-N, generic
     cuda::Tuning t;
-    t.stream_kernel = variant <= 2;
-    t.coop_kernel = variant == 0;
-    t.stream_tma = variant == 1;
+    t.stream_kernel = variant <= 1;
+    t.stream_tma = variant == 0;
     t.stream_max_tokens = 4;
-    t.lanes_kernel = variant == 3;
-    t.use_mma = variant < 5;
+    t.lanes_kernel = variant == 2;
+    t.use_mma = variant < 4;
     cuda::set_tuning(*gpu, t);
     for (int T : {1, 2, 3, 12}) {
       const std::vector<float> hidden = random_hidden(T, 256, rng);
@@ -488,15 +483,14 @@ TEST(CudaBackend, GoldenFilesByteForByte) {
     };
     const std::vector<float> hidden = tensor("hidden");
     const int T = int(hidden.size() / size_t(c.hidden));
-    for (int variant = 0; variant < 6; ++variant) {  // block-split, TMA, register stream, lanes, tokens-in-N, generic
+    for (int variant = 0; variant < 5; ++variant) {  // TMA, register stream, lanes, tokens-in-N, generic
       auto gpu = make_cuda_backend(h, 1);
       cuda::Tuning t;
-      t.stream_kernel = variant <= 2;
-      t.coop_kernel = variant == 0;
-      t.stream_tma = variant == 1;
+      t.stream_kernel = variant <= 1;
+      t.stream_tma = variant == 0;
       t.stream_max_tokens = 4;
-      t.lanes_kernel = variant == 3;
-      t.use_mma = variant < 5;
+      t.lanes_kernel = variant == 2;
+      t.use_mma = variant < 4;
       cuda::set_tuning(*gpu, t);
       ForwardRequest req;
       req.want_stages = true;

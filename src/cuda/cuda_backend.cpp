@@ -37,7 +37,6 @@ struct Shape {
   bool lanes = false;  // the T <= 2 tensor-core kernel with the float lanes in N
   bool stream = false; // the T <= 4 kernels that read the stream layout (registers or TMA)
   bool tma = false;    // ... through shared memory with the TMA unit
-  bool coop = false;   // ... with each tile split over a block's warps
   bool float_route = false;
   ActFormat format = ActFormat::q8_K;
   int cap_mode = kScaleOnly;
@@ -48,7 +47,7 @@ struct Shape {
 
   std::string key(const Tuning& t) const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, coop, float_route,
+    std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, float_route,
                   int(format), cap_mode, k, logprobs, logits, stages, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
                   t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma, t.tma_ring);
     return buf;
@@ -127,7 +126,7 @@ class CudaBackend final : public Backend {
     std::memcpy(hidden_.host(), hidden, size_t(tokens) * size_t(H) * sizeof(float));
     const std::string key = shape.key(tuning_);
     last_ = CallInfo{};
-    last_.kernel = shape.coop ? "q5k_coop" : shape.tma ? "q5k_tma" : shape.stream ? "q5k_stream" : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
+    last_.kernel = shape.tma ? "q5k_tma" : shape.stream ? "q5k_stream" : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
     last_.tokens = tokens;
     // One graph replay per call, timed by events around it (and, with stage events, by event
     // nodes between its stages). The first call of a shape runs directly (it also sets the
@@ -256,8 +255,7 @@ class CudaBackend final : public Backend {
                tokens <= std::min(tuning_.stream_max_tokens, kStreamMaxTokens) &&
                q5k_stream_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
     if (s.stream) s.mma = s.lanes = false;
-    s.coop = s.stream && tuning_.coop_kernel && q5k_coop_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
-    s.tma = s.stream && !s.coop && tuning_.stream_tma &&
+    s.tma = s.stream && tuning_.stream_tma &&
             q5k_tma_smem(layout_.groups, tokens, tuning_.tma_ring) + 8192 <= size_t(smem_optin_);
     const CapParams cp = cap_params(head_, req.softcap);
     s.cap_mode = cp.cap == 0.0f ? kScaleOnly : (req.softcap == SoftcapRoute::fused ? kCapFused : kCapNodes);
@@ -429,11 +427,7 @@ class CudaBackend final : public Backend {
     hp.prefetch_l2 = tuning_.prefetch_l2 ? 1 : 0;
     const bool pdl = tuning_.pdl && !tuning_.stage_events;
     hp.stream_weights = stream_weights_.get();
-    if (s.coop) {
-      hp.t0 = 0;
-      hp.tc = s.T;
-      launch_q5k_coop(hp, pdl, num_sms_, stream_);
-    } else if (s.tma) {
+    if (s.tma) {
       hp.t0 = 0;
       hp.tc = s.T;
       launch_q5k_tma(hp, tuning_.tma_ring, pdl, num_sms_, stream_);
@@ -558,8 +552,7 @@ class CudaBackend final : public Backend {
       }
     }
     const bool copies = s.k > 0 || s.logprobs || s.logits || s.stages;
-    const std::string head_label = s.coop ? "head+scale+cap+argmax (fused, int8 tensor cores, tiles split over a block)"
-                                   : s.tma ? "head+scale+cap+argmax (fused, int8 tensor cores, TMA-staged weights)"
+    const std::string head_label = s.tma ? "head+scale+cap+argmax (fused, int8 tensor cores, TMA-staged weights)"
                                    : s.stream ? "head+scale+cap+argmax (fused, int8 tensor cores, streamed weights)"
                                    : s.mma ? "head+scale+cap+argmax (fused, int8 tensor cores)"
                                          : "head+scale+cap+argmax (fused, " +

@@ -117,10 +117,6 @@ size_t q5k_stream_smem(int groups, int tokens);
 void launch_q5k_tma(const HeadParams& p, int ring, bool pdl, int num_sms, cudaStream_t stream);
 size_t q5k_tma_smem(int groups, int tokens, int ring);
 int q5k_tma_rings();
-// The same arithmetic with each 16-row tile split over the warps of a block (see q5k_coop.cu).
-void launch_q5k_coop(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream);
-size_t q5k_coop_smem(int groups, int tokens);
-int q5k_coop_warps(int groups);
 // Every head type on both routes, one thread per row, tokens in passes of 4.
 constexpr int kGenericTokens = 4;
 void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, int num_sms,
