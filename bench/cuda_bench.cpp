@@ -207,13 +207,19 @@ int main(int argc, char** argv) {
     };
     add("w12 events", 12, true, false, false);
     add("w12 pdl", 12, false, true, false);
-    add("w12 pdl no-stream", 12, false, true, false);
+    add("w12 pdl staged", 12, false, true, false);
     cfgs.back().t.stream_kernel = false;
+    cfgs.back().t.stream_n_kernel = false;
+    add("w12 pdl n8", 12, false, true, false);
+    cfgs.back().t.stream_n_warps = 8;
+    add("w12 pdl n16", 12, false, true, false);
+    cfgs.back().t.stream_n_warps = 16;
+    add("w12 pdl n12 T<=1", 12, false, true, false);
+    cfgs.back().t.stream_max_tokens = 1;
     stream_cfg("w12 pdl regs16x2", 16);
     stream_cfg("w12 pdl regs12x3", 12);
     tma_cfg("w12 pdl tma16x4", 0, 2);
     tma_cfg("w12 pdl tma16x3", 1, 2);
-    tma_cfg("w12 pdl tma12x5", 2, 2);
     int best_cfg = 0;
     double best_score = 1e30;
     std::printf("\n-- tuning sweep (Q5_K q8 route, nodes cap, argmax; medians of %d calls) --\n", runs);
@@ -221,7 +227,7 @@ int main(int argc, char** argv) {
       try {
         cuda::set_tuning(*gpu, cfgs[i].t);
         double score = 0;
-        for (int T : {1, 2, 4, 16}) {
+        for (int T : {1, 2, 3, 4, 8, 16}) {
           const Timing tm = time_forward(*gpu, T, runs, req);
           std::printf("%-20s T=%-2d wall %.4f ms  gpu %.4f ms  head %.4f ms  ratio(wall) %.3f\n", cfgs[i].name, T,
                       tm.wall_ms, tm.gpu_ms, tm.head_ms, bytes / (tm.wall_ms * 1e6) / ceiling);

@@ -184,16 +184,18 @@ TEST(CudaBackend, Q5KMatchesScalarForEveryTokenCount) {
   for (int T = 1; T <= 16; ++T) {
     const std::vector<float> hidden = random_hidden(T, 512, rng);
     const ForwardOutput ref = run(*scalar, hidden, T, req);
-    // TMA and register stream kernels (T <= 4), lanes kernel (T <= 2), tokens-in-N kernel, generic
-    static const char* const kNames[] = {"q5k_tma", "q5k_stream", "q5k_lanes", "q5k_mma", "generic"};
-    for (int variant = 0; variant < 5; ++variant) {
+    // TMA and register stream kernels (T <= 4), tokens-in-N stream kernel, lanes kernel (T <= 2),
+    // staged tokens-in-N kernel, generic
+    static const char* const kNames[] = {"q5k_tma", "q5k_stream", "q5k_stream_n", "q5k_lanes", "q5k_mma", "generic"};
+    for (int variant = 0; variant < 6; ++variant) {
       tuning.stream_kernel = variant <= 1;
       tuning.stream_tma = variant == 0;
       tuning.stream_max_tokens = 4;
-      tuning.lanes_kernel = variant == 2;
-      tuning.use_mma = variant < 4;
+      tuning.stream_n_kernel = variant == 2;
+      tuning.lanes_kernel = variant == 3;
+      tuning.use_mma = variant < 5;
       if (variant <= 1 && T > 4) continue;
-      if (variant == 2 && T > 2) continue;
+      if (variant == 3 && T > 2) continue;
       cuda::set_tuning(*gpu, tuning);
       for (int rep = 0; rep < 2; ++rep) {  // the first call runs directly, the second replays the graph
         const ForwardOutput got = run(*gpu, hidden, T, req);
@@ -221,6 +223,7 @@ TEST(CudaBackend, Q5KMmaConfigurationsAgree) {
     const ForwardOutput ref = run(*scalar, hidden, T, req);
     for (const auto& c : configs) {
       cuda::Tuning t;
+      t.stream_kernel = t.stream_n_kernel = false;  // the staged kernels
       t.mma_warps = c.warps;
       t.pdl = c.pdl;
       t.stage_events = c.events;
@@ -275,6 +278,43 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
           expect_same(ref, got, req,
                       "V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
                           " ring " + std::to_string(c.ring) + " warps " + std::to_string(c.warps));
+        }
+      }
+    }
+  }
+}
+
+// The tokens-in-N stream kernel over its warps and both token tiles, on shapes with an odd number of
+// super-blocks, one super-block, and vocabularies that end inside a tile.
+TEST(CudaBackend, Q5KStreamTokensInNAgrees) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 12);
+  const struct { int64_t V, H; } shapes[] = {{4099, 768}, {1, 256}, {37, 512}, {20011, 1280}};
+  for (const auto& sh : shapes) {
+    const RandomHead head = random_head(TensorType::Q5_K, sh.V, sh.H, rng);
+    auto scalar = make_scalar_backend(head.view);
+    auto gpu = make_cuda_backend(head.view, 1);
+    ForwardRequest req;
+    req.want_logits = true;
+    req.top_k = int(std::min<int64_t>(3, sh.V));
+    for (int T : {1, 3, 5, 8, 9, 16}) {
+      const std::vector<float> hidden = random_hidden(T, sh.H, rng);
+      const ForwardOutput ref = run(*scalar, hidden, T, req);
+      for (int warps : {8, 12, 16}) {
+        if (T > 8 && warps != 8) continue;  // two token tiles always run 8 warps
+        cuda::Tuning t;
+        t.stream_kernel = false;
+        t.stream_n_warps = warps;
+        t.check_guards = true;
+        cuda::set_tuning(*gpu, t);
+        for (int rep = 0; rep < 2; ++rep) {
+          const ForwardOutput got = run(*gpu, hidden, T, req);
+          const cuda::CallInfo info = cuda::last_call(*gpu);
+          EXPECT_EQ(info.kernel, "q5k_stream_n");
+          EXPECT_TRUE(info.guards_intact) << "the tokens-in-N stream kernel wrote outside the logits";
+          expect_same(ref, got, req,
+                      "V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
+                          " warps " + std::to_string(warps));
         }
       }
     }
@@ -355,13 +395,14 @@ TEST(CudaBackend, SaturatedCapTies) {
   auto gpu = make_cuda_backend(head.view, 1);
   ForwardRequest req;
   req.top_k = 20;
-  for (int variant = 0; variant < 5; ++variant) {  // TMA, register stream, lanes, tokens-in-N, generic
+  for (int variant = 0; variant < 6; ++variant) {  // TMA, register stream, stream tokens-in-N, lanes, staged, generic
     cuda::Tuning t;
     t.stream_kernel = variant <= 1;
     t.stream_tma = variant == 0;
     t.stream_max_tokens = 4;
-    t.lanes_kernel = variant == 2;
-    t.use_mma = variant < 4;
+    t.stream_n_kernel = variant == 2;
+    t.lanes_kernel = variant == 3;
+    t.use_mma = variant < 5;
     cuda::set_tuning(*gpu, t);
     for (int T : {1, 2, 3, 12}) {
       const std::vector<float> hidden = random_hidden(T, 256, rng);
@@ -483,14 +524,15 @@ TEST(CudaBackend, GoldenFilesByteForByte) {
     };
     const std::vector<float> hidden = tensor("hidden");
     const int T = int(hidden.size() / size_t(c.hidden));
-    for (int variant = 0; variant < 5; ++variant) {  // TMA, register stream, lanes, tokens-in-N, generic
+    for (int variant = 0; variant < 6; ++variant) {  // TMA, register stream, stream tokens-in-N, lanes, staged, generic
       auto gpu = make_cuda_backend(h, 1);
       cuda::Tuning t;
       t.stream_kernel = variant <= 1;
       t.stream_tma = variant == 0;
       t.stream_max_tokens = 4;
-      t.lanes_kernel = variant == 2;
-      t.use_mma = variant < 4;
+      t.stream_n_kernel = variant == 2;
+      t.lanes_kernel = variant == 3;
+      t.use_mma = variant < 5;
       cuda::set_tuning(*gpu, t);
       ForwardRequest req;
       req.want_stages = true;

@@ -54,8 +54,9 @@ TEST(CudaStreamLayout, KernelReadsRecoverEveryLevel) {
       for (auto& b : file) b = uint8_t(rng());
       const uint8_t* rows[st::kTileRows] = {};
       for (int i = 0; i < present; ++i) rows[i] = file.data() + size_t(i) * groups * st::kBlockBytes;
+      for (st::Split split : {st::Split::lanes, st::Split::subblocks}) {
       std::vector<uint8_t> out(size_t(groups) * st::kItemBytes, 0xEE);
-      st::transcode_tile(rows, groups, out.data());
+      st::transcode_tile(rows, groups, out.data(), split);
 
       for (int sb = 0; sb < groups; ++sb) {
         const uint8_t* item = out.data() + size_t(sb) * st::kItemBytes;
@@ -72,11 +73,14 @@ TEST(CudaStreamLayout, KernelReadsRecoverEveryLevel) {
             const uint8_t zeros[16] = {};
             EXPECT_EQ(std::memcmp(item + st::kHeader + 16 * row, file_block ? file_block : zeros, 16), 0)
                 << "header of row " << row;
-            for (int j = 0; j < 8; ++j) {
-              for (int half = 0; half < 2; ++half) {  // lane q, then lane q + 4
-                const uint32_t w = st::level_word(words, 2 * j + half);
+            for (int x = 0; x < 8; ++x) {
+              for (int half = 0; half < 2; ++half) {
+                // lanes: sub-block x, lane q + 4 half; sub-blocks: sub-block q + 4 half, lane x.
+                const int j = split == st::Split::lanes ? x : q + 4 * half;
+                const int k = split == st::Split::lanes ? q + 4 * half : x;
+                const uint32_t w = st::level_word(words, 2 * x + half);
                 for (int byte = 0; byte < 4; ++byte) {
-                  const int e = 32 * j + 4 * (q + 4 * half) + byte;
+                  const int e = 32 * j + 4 * k + byte;
                   const int want = file_block ? file_level(file_block, e) : 0;
                   ASSERT_EQ(int((w >> (8 * byte)) & 0xFF), want)
                       << "groups " << groups << " item " << sb << " row " << row << " j " << j << " element " << e;
@@ -85,6 +89,7 @@ TEST(CudaStreamLayout, KernelReadsRecoverEveryLevel) {
             }
           }
         }
+      }
       }
     }
   }

@@ -37,6 +37,7 @@ struct Shape {
   bool lanes = false;  // the T <= 2 tensor-core kernel with the float lanes in N
   bool stream = false; // the T <= 4 kernels that read the stream layout (registers or TMA)
   bool tma = false;    // ... through shared memory with the TMA unit
+  bool stream_n = false;  // the tokens-in-N kernel on the sub-blocks stream layout
   bool float_route = false;
   ActFormat format = ActFormat::q8_K;
   int cap_mode = kScaleOnly;
@@ -47,9 +48,9 @@ struct Shape {
 
   std::string key(const Tuning& t) const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, float_route,
+    std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, stream_n, float_route,
                   int(format), cap_mode, k, logprobs, logits, stages, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
-                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma, t.tma_ring);
+                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma * 100 + t.tma_ring * 10 + t.stream_n_kernel, t.stream_n_warps);
     return buf;
   }
 };
@@ -126,7 +127,7 @@ class CudaBackend final : public Backend {
     std::memcpy(hidden_.host(), hidden, size_t(tokens) * size_t(H) * sizeof(float));
     const std::string key = shape.key(tuning_);
     last_ = CallInfo{};
-    last_.kernel = shape.tma ? "q5k_tma" : shape.stream ? "q5k_stream" : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
+    last_.kernel = shape.stream_n ? "q5k_stream_n" : shape.tma ? "q5k_tma" : shape.stream ? "q5k_stream" : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
     last_.tokens = tokens;
     // One graph replay per call, timed by events around it (and, with stage events, by event
     // nodes between its stages). The first call of a shape runs directly (it also sets the
@@ -254,7 +255,9 @@ class CudaBackend final : public Backend {
     s.stream = tuning_.stream_kernel && stream_weights_.size() > 0 && s.format == ActFormat::q8_K &&
                tokens <= std::min(tuning_.stream_max_tokens, kStreamMaxTokens) &&
                q5k_stream_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
-    if (s.stream) s.mma = s.lanes = false;
+    s.stream_n = !s.stream && tuning_.use_mma && tuning_.stream_n_kernel && stream_n_weights_.size() > 0 &&
+                 s.format == ActFormat::q8_K && q5k_stream_n_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
+    if (s.stream || s.stream_n) s.mma = s.lanes = false;
     s.tma = s.stream && tuning_.stream_tma &&
             q5k_tma_smem(layout_.groups, tokens, tuning_.tma_ring) + 8192 <= size_t(smem_optin_);
     const CapParams cp = cap_params(head_, req.softcap);
@@ -285,13 +288,17 @@ class CudaBackend final : public Backend {
     const uint64_t needed = total + total / 10 + (uint64_t(64) << 20);
     // A Q5_K head is kept a second time in the stream layout when the device has room for it.
     const uint64_t stream_total = stream::bytes(V, layout_.groups);
-    const bool keep_stream = head_.type == TensorType::Q5_K && needed + stream_total <= free_bytes;
+    // Both stream layouts (lanes split for T <= 2, sub-blocks split for larger T) come on top.
+    const bool keep_stream = head_.type == TensorType::Q5_K && needed + 2 * stream_total <= free_bytes;
     if (needed > free_bytes)
       throw Error("the " + std::string(tensor_type_name(head_.type)) + " head does not fit on the GPU: it needs about " +
                   std::to_string(needed) + " bytes (weights " + std::to_string(total) + " + working buffers), but only " +
                   std::to_string(free_bytes) + " of " + std::to_string(total_bytes) + " bytes are free");
     weights_.reset(total + 256);  // tail slack: 16-byte loads past the last row stay inside
-    if (keep_stream) stream_weights_.reset(stream_total);
+    if (keep_stream) {
+      stream_weights_.reset(stream_total);
+      stream_n_weights_.reset(stream_total);
+    }
     if (layout_.aux_d) aux_.reset(size_t(V) * layout_.groups);
     const bool progress = total > (uint64_t(256) << 20);
     const bool same_bytes = head_.type == TensorType::Q4_K || head_.type == TensorType::Q5_K;
@@ -323,16 +330,19 @@ class CudaBackend final : public Backend {
         const size_t tile_bytes = size_t(layout_.groups) * stream::kItemBytes;
         const int64_t tiles = (n + stream::kTileRows - 1) / stream::kTileRows;
         staging.resize(size_t(tiles) * tile_bytes);
-        for (int64_t t = 0; t < tiles; ++t) {
-          const uint8_t* rows[stream::kTileRows];
-          for (int i = 0; i < stream::kTileRows; ++i) {
-            const int64_t r = r0 + t * stream::kTileRows + i;
-            rows[i] = r < V ? head_.weights + uint64_t(r) * head_.row_bytes : nullptr;
+        for (stream::Split split : {stream::Split::lanes, stream::Split::subblocks}) {
+          for (int64_t t = 0; t < tiles; ++t) {
+            const uint8_t* rows[stream::kTileRows];
+            for (int i = 0; i < stream::kTileRows; ++i) {
+              const int64_t r = r0 + t * stream::kTileRows + i;
+              rows[i] = r < V ? head_.weights + uint64_t(r) * head_.row_bytes : nullptr;
+            }
+            stream::transcode_tile(rows, layout_.groups, staging.data() + size_t(t) * tile_bytes, split);
           }
-          stream::transcode_tile(rows, layout_.groups, staging.data() + size_t(t) * tile_bytes);
+          uint8_t* base = (split == stream::Split::lanes ? stream_weights_ : stream_n_weights_).get();
+          CUDA_CHECK(cudaMemcpy(base + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(), staging.size(),
+                                cudaMemcpyHostToDevice));
         }
-        CUDA_CHECK(cudaMemcpy(stream_weights_.get() + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(),
-                              staging.size(), cudaMemcpyHostToDevice));
       }
       if (progress) {
         const int pct = int(100 * (r0 + n) / V);
@@ -427,7 +437,12 @@ class CudaBackend final : public Backend {
     hp.prefetch_l2 = tuning_.prefetch_l2 ? 1 : 0;
     const bool pdl = tuning_.pdl && !tuning_.stage_events;
     hp.stream_weights = stream_weights_.get();
-    if (s.tma) {
+    hp.stream_n_weights = stream_n_weights_.get();
+    if (s.stream_n) {
+      hp.t0 = 0;
+      hp.tc = s.T;
+      launch_q5k_stream_n(hp, tuning_.stream_n_warps, pdl, num_sms_, stream_);
+    } else if (s.tma) {
       hp.t0 = 0;
       hp.tc = s.T;
       launch_q5k_tma(hp, tuning_.tma_ring, pdl, num_sms_, stream_);
@@ -552,7 +567,8 @@ class CudaBackend final : public Backend {
       }
     }
     const bool copies = s.k > 0 || s.logprobs || s.logits || s.stages;
-    const std::string head_label = s.tma ? "head+scale+cap+argmax (fused, int8 tensor cores, TMA-staged weights)"
+    const std::string head_label = s.stream_n ? "head+scale+cap+argmax (fused, int8 tensor cores, tokens in N, streamed weights)"
+                                   : s.tma ? "head+scale+cap+argmax (fused, int8 tensor cores, TMA-staged weights)"
                                    : s.stream ? "head+scale+cap+argmax (fused, int8 tensor cores, streamed weights)"
                                    : s.mma ? "head+scale+cap+argmax (fused, int8 tensor cores)"
                                          : "head+scale+cap+argmax (fused, " +
@@ -584,7 +600,8 @@ class CudaBackend final : public Backend {
   std::map<std::string, cudaGraphExec_t> graphs_;
 
   DeviceArray<uint8_t> weights_;
-  DeviceArray<uint8_t> stream_weights_;  // Q5_K only: the stream layout (empty when it does not fit)
+  DeviceArray<uint8_t> stream_weights_;    // Q5_K only: the stream layouts (empty when they do not fit)
+  DeviceArray<uint8_t> stream_n_weights_;
   DeviceArray<uint16_t> aux_;
   DeviceArray<float> gamma_;
   DeviceArray<int8_t> act_qs_;
@@ -627,6 +644,9 @@ void set_tuning(Backend& backend, const Tuning& tuning) {
     throw Error("the stream kernel is built for 8, 12 or 16 warps per block, not " + std::to_string(tuning.stream_warps));
   if (tuning.stream_max_tokens < 0 || tuning.stream_max_tokens > kStreamMaxTokens)
     throw Error("the stream kernel runs up to " + std::to_string(kStreamMaxTokens) + " tokens");
+  if (tuning.stream_n_warps != 8 && tuning.stream_n_warps != 12 && tuning.stream_n_warps != 16)
+    throw Error("the tokens-in-N stream kernel is built for 8, 12 or 16 warps per block, not " +
+                std::to_string(tuning.stream_n_warps));
   if (tuning.tma_ring < 0 || tuning.tma_ring >= q5k_tma_rings())
     throw Error("the TMA kernel has ring configurations 0.." + std::to_string(q5k_tma_rings() - 1));
   c.tuning_ = tuning;

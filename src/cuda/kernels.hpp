@@ -88,7 +88,8 @@ struct HeadParams {
   TokenResult* results = nullptr;    // [kMaxTokens] mapped host memory
   float* max_out = nullptr;          // [kMaxTokens] device copy of each token's max
   int prefetch_l2 = 0;               // bulk-prefetch each warp's first tile into L2 before waiting
-  const uint8_t* stream_weights = nullptr;  // Q5_K in the stream layout (stream_layout.hpp)
+  const uint8_t* stream_weights = nullptr;    // Q5_K in the stream layout, lanes split (stream_layout.hpp)
+  const uint8_t* stream_n_weights = nullptr;  // Q5_K in the stream layout, sub-blocks split
 };
 
 struct MmaConfig {
@@ -117,6 +118,10 @@ size_t q5k_stream_smem(int groups, int tokens);
 void launch_q5k_tma(const HeadParams& p, int ring, bool pdl, int num_sms, cudaStream_t stream);
 size_t q5k_tma_smem(int groups, int tokens, int ring);
 int q5k_tma_rings();
+// The Q5_K q8-route head for any T with the tokens in the MMA's N, weights streamed into registers
+// from the sub-blocks stream layout (see q5k_stream_n.cu). warps: 8, 12 or 16 (T <= 8).
+void launch_q5k_stream_n(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
+size_t q5k_stream_n_smem(int groups, int tokens);
 // Every head type on both routes, one thread per row, tokens in passes of 4.
 constexpr int kGenericTokens = 4;
 void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, int num_sms,

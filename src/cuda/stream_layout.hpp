@@ -69,9 +69,17 @@ inline void pack_levels(const uint32_t (&a)[16], uint32_t (&w)[10]) {
 inline int64_t tiles(int64_t vocab) { return (vocab + kTileRows - 1) / kTileRows; }
 inline uint64_t bytes(int64_t vocab, int groups) { return uint64_t(tiles(vocab)) * uint64_t(groups) * kItemBytes; }
 
+// Which sixteen operand words thread q of a quad keeps per row (a = 0..15):
+//   lanes:      a = 2j + h holds lane k = q + 4h of sub-block j (the MMA's N = the eight float lanes;
+//               q5k_stream.cu, q5k_tma.cu)
+//   sub-blocks: a = 2k + h holds lane k of sub-block j = q + 4h (the MMA's K = one lane over all
+//               sub-blocks, N = tokens; q5k_stream_n.cu)
+enum class Split { lanes, subblocks };
+
 // Re-orders one tile: rows[i] is file row i of the tile (groups Q5_K blocks) or nullptr past the
 // vocabulary; dst receives groups * kItemBytes bytes.
-inline void transcode_tile(const uint8_t* const (&rows)[kTileRows], int groups, uint8_t* dst) {
+inline void transcode_tile(const uint8_t* const (&rows)[kTileRows], int groups, uint8_t* dst,
+                           Split split = Split::lanes) {
   std::memset(dst, 0, size_t(groups) * kItemBytes);
   for (int sb = 0; sb < groups; ++sb) {
     uint8_t* item = dst + size_t(sb) * kItemBytes;
@@ -82,13 +90,14 @@ inline void transcode_tile(const uint8_t* const (&rows)[kTileRows], int groups, 
       for (int q = 0; q < 4; ++q) {
         const int lane = 4 * g + q;
         uint32_t a[16], w[10];
-        for (int j = 0; j < 8; ++j) {
+        for (int x = 0; x < 8; ++x) {
           for (int h = 0; h < 2; ++h) {
-            const int k = q + 4 * h;
+            const int j = split == Split::lanes ? x : q + 4 * h;
+            const int k = split == Split::lanes ? q + 4 * h : x;
             uint32_t qs, qh;  // file words: nibbles of sub-blocks 2p, 2p+1 (p = j / 2); high bits of all j
             std::memcpy(&qs, in + kFileQs + 32 * (j / 2) + 4 * k, 4);
             std::memcpy(&qh, in + kFileQh + 4 * k, 4);
-            a[2 * j + h] = ((qs >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((qh >> j) & 0x01010101u) << 4);
+            a[2 * x + h] = ((qs >> (4 * (j % 2))) & 0x0F0F0F0Fu) | (((qh >> j) & 0x01010101u) << 4);
           }
         }
         pack_levels(a, w);

@@ -1,0 +1,341 @@
+// The Q5_K head on the q8 route for T = 3..16 with the tokens in the MMA's N, streaming the weights
+// into registers from the "sub-blocks" stream layout (stream_layout.hpp); byte-identical to
+// numerics.md §5.
+//
+// The arithmetic is q5k_mma.cu's: one m16n8k32 MMA per float lane k and 8 tokens, K = the 32
+// elements of lane k over the eight sub-blocks (thread q holds sub-blocks q and q + 4), the 6-bit
+// scale folded into two u8 weight planes (sc = 8 s1 + s0, q5 * s < 256 per byte, so one 32-bit
+// multiply per word), accumulators started at the bits of 1.5 * 2^23 so that
+// float(isum) = (8 * (M + D1) - 9M) + (M + D0) exactly, with no int-to-float conversion. What
+// changed is the way in, as for the stream kernel (q5k_stream.cu): the head is re-ordered at upload
+// into 2,816-byte tile-major items whose words are ordered by the thread that reads them, levels
+// packed for cheap decoding; a warp loads each item with eight contiguous 16/8-byte loads per
+// thread straight into registers (no shared-memory staging, no copy bookkeeping) and keeps one item
+// in flight while it computes the other.
+//
+// The activations sit in shared memory as B fragments: per (super-block, token) and pair of lanes
+// (2i, 2i + 1), the (b0, b1) words of thread q (sub-blocks q and q + 4) in one 16-byte run; token
+// runs are 80 words apart so that the two tokens of a quarter-warp hit different banks.
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/per_device.hpp"
+#include "cuda/device_common.cuh"
+#include "cuda/stream_layout.hpp"
+
+namespace lmhead::cuda {
+namespace {
+
+constexpr int kTileRows = 16;
+constexpr int kTokenWords = 80;  // one token's 64 words of one super-block, padded for the banks
+
+__device__ __forceinline__ void mma_magic(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(kMagicBits));
+}
+
+__device__ __forceinline__ uint4 ldg_once128(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ldg_once64(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 ldg_header(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+struct Item {
+  uint4 w03[2], w47[2];
+  uint2 w89[2];
+  uint4 h[2];
+};
+
+__device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lane) {
+  const int g = lane >> 2;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    it.w03[r] = ldg_once128(item + stream::kW03 + 512 * r + 16 * lane);
+    it.w47[r] = ldg_once128(item + stream::kW47 + 512 * r + 16 * lane);
+    it.w89[r] = ldg_once64(item + stream::kW89 + 256 * r + 8 * lane);
+    it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
+  }
+}
+
+// Shared memory: [G][TTOT][kTokenWords] B runs, then [G][TTOT] sub-block sum pairs and y.d.
+size_t smem_bytes(int groups, int ttot) {
+  const size_t items = size_t(groups) * ttot;
+  return items * (kTokenWords * 4 + 16 + 4);
+}
+
+template <int NT>
+struct Acc {
+  float acc[NT][2][2][8];  // [N tile][token 2q + c][row g, g + 8][lane k]
+  float summs[NT][2][2];
+};
+
+template <int NT>
+__device__ __forceinline__ void compute_item(const Item& it, int sb, const uint32_t* s_act, const uint4* s_bsp,
+                                             const float* s_yd, int lane, Acc<NT>& a) {
+  constexpr int TTOT = 8 * NT;
+  const int g = lane >> 2, q = lane & 3;
+  float dq[NT][2][2];
+  uint32_t s0a[2], s1a[2], s0b[2], s1b[2];  // planes of sc[q] (a) and sc[q + 4] (b), rows g, g + 8
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint4 h = it.h[r];
+    const float d = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFFu)));
+    const float dmin = __half2float(__ushort_as_half(uint16_t(h.x >> 16)));
+    const uint32_t mlo = h.z & 0x3F3F3F3Fu;
+    const uint32_t mhi = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+    const uint32_t sc_lo = h.y & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+    const uint32_t sca = __byte_perm(sc_lo, 0u, 0x4440u | unsigned(q));
+    const uint32_t scb = __byte_perm(sc_hi, 0u, 0x4440u | unsigned(q));
+    s0a[r] = sca & 7u;
+    s1a[r] = sca >> 3;
+    s0b[r] = scb & 7u;
+    s1b[r] = scb >> 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int tok = 8 * nt + 2 * q + c;
+        const float yd = s_yd[sb * TTOT + tok];
+        const uint4 bs = s_bsp[sb * TTOT + tok];
+        dq[nt][c][r] = __fmul_rn(yd, d);
+        const float dm = __fmul_rn(-yd, dmin);
+        int im = __dp2a_lo(int(bs.x), int(mlo), kMagicBits);
+        im = __dp2a_hi(int(bs.y), int(mlo), im);
+        im = __dp2a_lo(int(bs.z), int(mhi), im);
+        im = __dp2a_hi(int(bs.w), int(mhi), im);
+        a.summs[nt][c][r] = __fmaf_rn(dm, __fsub_rn(__int_as_float(im), kMagic), a.summs[nt][c][r]);
+      }
+  }
+
+  // B: token 8 nt + g's run; bq[nt][i] = (b0, b1) of lane 2i, then of lane 2i + 1.
+  uint4 bq[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const uint32_t* run = s_act + (sb * TTOT + 8 * nt + g) * kTokenWords + 4 * q;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(run + 16 * i);
+  }
+
+  uint32_t w[2][10];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    w[r][0] = it.w03[r].x; w[r][1] = it.w03[r].y; w[r][2] = it.w03[r].z; w[r][3] = it.w03[r].w;
+    w[r][4] = it.w47[r].x; w[r][5] = it.w47[r].y; w[r][6] = it.w47[r].z; w[r][7] = it.w47[r].w;
+    w[r][8] = it.w89[r].x; w[r][9] = it.w89[r].y;
+  }
+
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    uint32_t qa[2], qb[2];  // rows g, g + 8: lane k of sub-block q (a) and q + 4 (b)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      qa[r] = stream::level_word(w[r], 2 * k);
+      qb[r] = stream::level_word(w[r], 2 * k + 1);
+    }
+    const uint32_t a1_0 = qa[0] * s1a[0], a1_1 = qa[1] * s1a[1], a1_2 = qb[0] * s1b[0], a1_3 = qb[1] * s1b[1];
+    const uint32_t a0_0 = qa[0] * s0a[0], a0_1 = qa[1] * s0a[1], a0_2 = qb[0] * s0b[0], a0_3 = qb[1] * s0b[1];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const uint32_t b0 = word_of(bq[nt][k >> 1], 2 * (k & 1)), b1 = word_of(bq[nt][k >> 1], 2 * (k & 1) + 1);
+      int d1[4], d0[4];
+      mma_magic(d1, a1_0, a1_1, a1_2, a1_3, b0, b1);
+      mma_magic(d0, a0_0, a0_1, a0_2, a0_3, b0, b1);
+      // d[2r + c]: row g + 8r, token 8 nt + 2q + c.
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          // (8 (M + D1) - 9M) is exact (a multiple of 8 below 2^25); adding M + D0 gives 8 D1 + D0.
+          const float u = __fmaf_rn(8.0f, __int_as_float(d1[2 * r + c]), -9.0f * kMagic);
+          const float isum = __fadd_rn(u, __int_as_float(d0[2 * r + c]));
+          a.acc[nt][c][r][k] = __fmaf_rn(dq[nt][c][r], isum, a.acc[nt][c][r][k]);
+        }
+    }
+  }
+}
+
+template <int NT, int NW>
+__global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ PartialBest s_best[NW][kMaxTokens];
+  __shared__ PartialBest s_cta[kMaxTokens];
+  constexpr int TTOT = 8 * NT;
+
+  const int G = p.groups, V = p.vocab;
+  const int items = G * TTOT;
+  uint32_t* s_act = reinterpret_cast<uint32_t*>(smem);
+  uint4* s_bsp = reinterpret_cast<uint4*>(s_act + size_t(items) * kTokenWords);
+  float* s_yd = reinterpret_cast<float*>(s_bsp + items);
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, q = lane & 3;
+  const int ntiles = (V + kTileRows - 1) / kTileRows;
+  const int total_warps = gridDim.x * NW;
+  const uint8_t* weights = p.stream_n_weights;
+
+  int load_tile = blockIdx.x * NW + warp, load_sb = 0;
+  int next_tile = load_tile + total_warps;
+  int pending = 0;
+  if (lane == 0) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
+  Item buf[2];
+  int buf_tile[2], buf_sb[2];
+  auto load_next = [&](int d) {
+    buf_tile[d] = load_tile;
+    buf_sb[d] = load_sb;
+    if (load_tile >= ntiles) return;
+    load_item(buf[d], weights + (int64_t(load_tile) * G + load_sb) * stream::kItemBytes, lane);
+    if (++load_sb == G) {
+      load_sb = 0;
+      load_tile = next_tile;
+      next_tile = __shfl_sync(0xffffffffu, pending, 0);
+      if (lane == 0 && next_tile < ntiles) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
+    }
+  };
+  load_next(0);
+  load_next(1);
+
+  pdl_wait();
+  // Token t's word (j, k) (q8 bytes 32j + 4k ..) goes to word 16 (k / 2) + 4 (j % 4) + 2 (k % 2) + j / 4
+  // of its run; tokens past T get zeros (their columns are computed and dropped).
+  for (int i = threadIdx.x; i < items * 16; i += blockDim.x) {
+    const int c = i & 15, it = i >> 4, sb = it / TTOT, t = it - sb * TTOT;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (t < p.T) v = reinterpret_cast<const uint4*>(p.act_qs + (size_t(sb) * kMaxTokens + t) * kActPitch)[c];
+    const int j = c >> 1, k0 = 4 * (c & 1);
+    uint32_t* run = s_act + size_t(it) * kTokenWords + 4 * (j & 3) + (j >> 2);
+    const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int k = k0 + u;
+      run[16 * (k >> 1) + 2 * (k & 1)] = wv[u];
+    }
+  }
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int sb = i / TTOT, t = i - sb * TTOT;
+    const bool real = t < p.T;
+    s_yd[i] = real ? p.act_d[size_t(sb) * kMaxTokens + t] : 0.0f;
+    s_bsp[i] = real ? *reinterpret_cast<const uint4*>(p.act_bsp + (size_t(sb) * kMaxTokens + t) * 4)
+                    : make_uint4(0u, 0u, 0u, 0u);
+  }
+  __syncthreads();
+
+  PartialBest best[NT][2];
+  Acc<NT> a;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      best[nt][c] = best_empty();
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        a.summs[nt][c][r] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) a.acc[nt][c][r][k] = 0.0f;
+      }
+    }
+
+  bool more = buf_tile[0] < ntiles;
+  while (more) {
+#pragma unroll
+    for (int d = 0; d < 2; ++d) {
+      const int tile = buf_tile[d], sb = buf_sb[d];
+      if (tile >= ntiles) { more = false; break; }
+      compute_item<NT>(buf[d], sb, s_act, s_bsp, s_yd, lane, a);
+      load_next(d);
+      if (sb == G - 1) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const float raw = __fadd_rn(reduce_lanes(a.acc[nt][c][r]), a.summs[nt][c][r]);
+              const int row = tile * kTileRows + g + 8 * r;
+              const int tok = 8 * nt + 2 * q + c;
+              if (row < V && tok < p.T) {
+                const float capped = apply_cap(raw, p);
+                p.logits[size_t(tok) * V + row] = capped;
+                if (p.raw) p.raw[size_t(tok) * V + row] = raw;
+                best[nt][c] = best_merge(best[nt][c], best_single(capped, row));
+              }
+              a.summs[nt][c][r] = 0.0f;
+#pragma unroll
+              for (int k = 0; k < 8; ++k) a.acc[nt][c][r][k] = 0.0f;
+            }
+      }
+    }
+  }
+
+  // Token 8 nt + 2q + c lives in the threads with that q: merge over g (lanes q, q + 4, ..., q + 28).
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      PartialBest b = best[nt][c];
+#pragma unroll
+      for (int m = 4; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
+      if (g == 0) s_best[warp][8 * nt + 2 * q + c] = b;
+    }
+  __syncthreads();
+  if (threadIdx.x < p.T) {
+    PartialBest b = best_empty();
+    for (int w = 0; w < NW; ++w) b = best_merge(b, s_best[w][threadIdx.x]);
+    s_cta[threadIdx.x] = b;
+  }
+  __syncthreads();
+  publish_and_finalize(p, s_cta);
+}
+
+template <int NT, int NW>
+void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
+  auto kernel = q5k_stream_n_kernel<NT, NW>;
+  static OncePerDevice configured;
+  configured.run([&](int device) {
+    int optin = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaFuncAttributes attrs{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    optin - int(attrs.sharedSizeBytes)));
+  });
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(num_sms);
+  cfg.blockDim = dim3(NW * 32);
+  cfg.dynamicSmemBytes = smem_bytes(p.groups, 8 * NT);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+}  // namespace
+
+size_t q5k_stream_n_smem(int groups, int tokens) { return smem_bytes(groups, tokens <= 8 ? 8 : 16); }
+
+// warps: 8, 12 or 16 per block for T <= 8 (one tile of 8 tokens); T > 8 runs two tiles with 8 warps.
+void launch_q5k_stream_n(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
+  if (p.T < 1 || p.T > kMaxTokens) throw Error("launch_q5k_stream_n: 1 to 16 tokens per call");
+  if (p.T > 8) return launch_config<2, 8>(p, pdl, num_sms, stream);
+  if (warps >= 16) return launch_config<1, 16>(p, pdl, num_sms, stream);
+  if (warps >= 12) return launch_config<1, 12>(p, pdl, num_sms, stream);
+  return launch_config<1, 8>(p, pdl, num_sms, stream);
+}
+
+}  // namespace lmhead::cuda
