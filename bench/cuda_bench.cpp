@@ -127,8 +127,8 @@ Timing time_forward(Backend& b, int T, int runs, const ForwardRequest& req) {
 
 }  // namespace
 
-// --profile MODE: six calls of one configuration, for ncu (mma1 = the default kernel at T=1, i.e.
-// the stream kernel; lanes1 = the lanes kernel; mma16; gen1).
+// --profile MODE: six calls of one configuration, for ncu (mma1, mma8, mma16 = the default kernel at
+// T = 1, 8, 16; lanes1 = the lanes kernel at T=1; gen1 = the generic kernel).
 int profile(const std::string& mode) {
   Head q5 = make_head(TensorType::Q5_K, 1);
   auto gpu = make_cuda_backend(q5.view, 1);
@@ -136,7 +136,7 @@ int profile(const std::string& mode) {
   t.use_mma = mode != "gen1";
   t.stream_kernel = mode != "lanes1";
   cuda::set_tuning(*gpu, t);
-  const int T = mode == "mma16" ? 16 : 1;
+  const int T = mode == "mma16" ? 16 : mode == "mma8" ? 8 : 1;
   const std::vector<float> hidden = make_hidden(T, 3);
   ForwardRequest req;
   ForwardOutput out;

@@ -67,12 +67,14 @@ if [ -x "$BUILD/lmhead" ]; then
 fi
 
 if [ "${PROFILE_AFTER:-0}" = "1" ]; then
-  step "ncu on the tensor-core head, T=1"
-  timeout 120 ncu --clock-control none -k regex:q5k_ --launch-skip 5 --launch-count 1 --set full \
-    -o /tmp/ncu_mma1 -f "$BUILD/cuda_bench" --profile mma1 > /tmp/ncu_mma1.log 2>&1
-  ncu -i /tmp/ncu_mma1.ncu-rep --page details > "$OUT/ncu_details.txt" 2>&1
-  ncu -i /tmp/ncu_mma1.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_src_mma1.csv" 2>&1
-  grep -E "SM Frequency|DRAM Throughput|Duration|Executed Ipc Active|No Eligible|Registers Per|Achieved Occupancy" "$OUT/ncu_details.txt"
+  # The default head kernel at T = 1, 8 and 16 (stream kernels), a few sections each.
+  for m in mma1 mma8 mma16; do
+    step "ncu on the head kernel, $m"
+    timeout 120 ncu --clock-control none -k regex:q5k_ --launch-skip 5 --launch-count 1 --section SpeedOfLight \
+      --section WarpStateStats --section SchedulerStats --section InstructionStats --section LaunchStats \
+      --section Occupancy "$BUILD/cuda_bench" --profile $m > "$OUT/ncu_$m.txt" 2>&1
+    grep -E "^  [a-z_0-9]+kernel|Duration|DRAM Throughput|Executed Ipc Active|Issued Warp|Eligible Warps|Cycles Per Issued|Executed Instructions  |Registers Per|Achieved Active" "$OUT/ncu_$m.txt"
+  done
 fi
 
 step "summary"
