@@ -10,6 +10,9 @@ ROOT=$PWD
 OUT=${OUT:-/tmp/lmhead-gpu}
 mkdir -p "$OUT"
 BUILD=${1:-}
+# A carried build may come compressed (make it with:
+#   tar -C build -cJf build/cuda-carry.tar.xz cuda-carry   after stripping the three binaries).
+if [ -f build/cuda-carry.tar.xz ] && [ ! -x build/cuda-carry/lmhead_tests ]; then tar -C build -xJf build/cuda-carry.tar.xz; fi
 if [ -z "$BUILD" ]; then
   if [ -x build/cuda-carry/lmhead_tests ] && [ -x build/cuda-carry/cuda_bench ]; then BUILD=build/cuda-carry; else BUILD=build/gpu; fi
 fi
