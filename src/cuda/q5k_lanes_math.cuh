@@ -117,14 +117,12 @@ struct ItemSums {
   float dq[TT][2], dm[TT][2], fim[TT][2];
 };
 
-// R = 2: rows g and g + 8 of a 16-row tile; R = 1: row g only (a half tile of 8 rows, in slot 0 of
-// the item; the MMA's rows g + 8 are zeros and their results unused).
-template <int TT, int R = 2>
+template <int TT>
 __device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<TT>& a, int act_off, ItemSums<TT>& out) {
   float (&dq)[TT][2] = out.dq;
   uint32_t sc_lo[2], sc_hi[2];
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < 2; ++r) {
     const uint4 h = it.h[r];
     const float d = f16_scale(h.x), dmin = f16_scale(h.x >> 16);
     const uint32_t mlo = h.z & 0x3F3F3F3Fu;
@@ -163,7 +161,7 @@ __device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<
 
   uint32_t w[2][10];
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < 2; ++r) {
     w[r][0] = it.w03[r].x; w[r][1] = it.w03[r].y; w[r][2] = it.w03[r].z; w[r][3] = it.w03[r].w;
     w[r][4] = it.w47[r].x; w[r][5] = it.w47[r].y; w[r][6] = it.w47[r].z; w[r][7] = it.w47[r].w;
     w[r][8] = it.w89[r].x; w[r][9] = it.w89[r].y;
@@ -171,38 +169,36 @@ __device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<
 
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    uint32_t wq[2] = {0u, 0u}, wq4[2] = {0u, 0u};  // rows g, g + 8: lane q and lane q + 4 of sub-block j
+    uint32_t wq[2], wq4[2];  // rows g, g + 8: lane q and lane q + 4 of sub-block j
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < 2; ++r) {
       wq[r] = stream::level_word(w[r], 2 * j);
       wq4[r] = stream::level_word(w[r], 2 * j + 1);
     }
     const int s0 = int(__byte_perm((j < 4) ? sc_lo[0] : sc_hi[0], 0u, 0x4440u | unsigned(j & 3)));
-    const int s1 = R == 2 ? int(__byte_perm((j < 4) ? sc_lo[R - 1] : sc_hi[R - 1], 0u, 0x4440u | unsigned(j & 3))) : 0;
+    const int s1 = int(__byte_perm((j < 4) ? sc_lo[1] : sc_hi[1], 0u, 0x4440u | unsigned(j & 3)));
 #pragma unroll
     for (int t = 0; t < TT; ++t) {
       int dd[4];
       mma_lanes(dd, wq[0], wq[1], wq4[0], wq4[1], word_of(bp[t][j >> 1], 2 * (j & 1)), word_of(bp[t][j >> 1], 2 * (j & 1) + 1));
       isum[t][0][0] += s0 * dd[0];
       isum[t][0][1] += s0 * dd[1];
-      if (R == 2) {
-        isum[t][1][0] += s1 * dd[2];
-        isum[t][1][1] += s1 * dd[3];
-      }
+      isum[t][1][0] += s1 * dd[2];
+      isum[t][1][1] += s1 * dd[3];
     }
   }
 }
 
 // The item's step of the float chains (numerics.md §5): summs += dm * imin, acc[k] += dq * isum[k].
-template <int TT, int R = 2>
+template <int TT>
 __device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSmem<TT>& a, int act_off,
                                              float (&acc)[TT][2][2], float (&summs)[TT][2]) {
   ItemSums<TT> s;
-  item_sums<TT, R>(it, sb, a, act_off, s);
+  item_sums<TT>(it, sb, a, act_off, s);
 #pragma unroll
   for (int t = 0; t < TT; ++t)
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < 2; ++r) {
       summs[t][r] = __fmaf_rn(s.dm[t][r], s.fim[t][r], summs[t][r]);
 #pragma unroll
       for (int c = 0; c < 2; ++c)
@@ -211,21 +207,20 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSm
 }
 
 // After a tile's last super-block: the eight lanes of each row meet (shuffles within the quad),
-// hsum + summs give the raw logit, then scale, cap, store and the running argmax. Slot r of thread
-// (g, q) is row row0 + g + 8r (R = 1: a half tile, row0 its first row).
-template <int TT, int R = 2>
-__device__ __forceinline__ void finish_rows(const HeadParams& p, int row0, int lane, float (&acc)[TT][2][2],
+// hsum + summs give the raw logit, then scale, cap, store and the running argmax.
+template <int TT>
+__device__ __forceinline__ void finish_tile(const HeadParams& p, int tile, int lane, float (&acc)[TT][2][2],
                                             float (&summs)[TT][2], PartialBest (&best)[TT]) {
   const int g = lane >> 2, q = lane & 3, V = p.vocab;
 #pragma unroll
   for (int t = 0; t < TT; ++t)
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < 2; ++r) {
       float lanes8[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) lanes8[k] = __shfl_sync(0xffffffffu, acc[t][r][k & 1], (lane & ~3) | (k >> 1));
       const float raw = __fadd_rn(reduce_lanes(lanes8), summs[t][r]);
-      const int row = row0 + g + 8 * r;
+      const int row = tile * kTileRows + g + 8 * r;
       if (q == 0 && row < V && t < p.T) {
         const float capped = apply_cap(raw, p);
         p.logits[size_t(t) * V + row] = capped;
@@ -235,12 +230,6 @@ __device__ __forceinline__ void finish_rows(const HeadParams& p, int row0, int l
       summs[t][r] = 0.0f;
       acc[t][r][0] = acc[t][r][1] = 0.0f;
     }
-}
-
-template <int TT>
-__device__ __forceinline__ void finish_tile(const HeadParams& p, int tile, int lane, float (&acc)[TT][2][2],
-                                            float (&summs)[TT][2], PartialBest (&best)[TT]) {
-  finish_rows<TT, 2>(p, tile * kTileRows, lane, acc, summs, best);
 }
 
 // The block's argmax per token from its warps', then publish_and_finalize (every thread calls it).

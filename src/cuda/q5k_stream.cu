@@ -51,21 +51,14 @@ __device__ __forceinline__ uint4 ldg_header(const void* p) {
   return v;
 }
 
-__device__ __forceinline__ void load_rows(Item& it, int slot, const uint8_t* item, int lane, int r) {
+__device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lane) {
   const int g = lane >> 2;
-  it.w03[slot] = ldg_once128(item + stream::kW03 + 512 * r + 16 * lane);
-  it.w47[slot] = ldg_once128(item + stream::kW47 + 512 * r + 16 * lane);
-  it.w89[slot] = ldg_once64(item + stream::kW89 + 256 * r + 8 * lane);
-  it.h[slot] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
-}
-
-// half < 0: both row slots of the item; half = 0 / 1: only rows 8 half + g, into slot 0.
-__device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lane, int half) {
-  if (half < 0) {
-    load_rows(it, 0, item, lane, 0);
-    load_rows(it, 1, item, lane, 1);
-  } else {
-    load_rows(it, 0, item, lane, half);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    it.w03[r] = ldg_once128(item + stream::kW03 + 512 * r + 16 * lane);
+    it.w47[r] = ldg_once128(item + stream::kW47 + 512 * r + 16 * lane);
+    it.w89[r] = ldg_once64(item + stream::kW89 + 256 * r + 8 * lane);
+    it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
   }
 }
 
@@ -82,34 +75,24 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
   const int total_warps = gridDim.x * NW;
   const uint8_t* weights = p.stream_weights;
 
-  // Work units: whole 16-row tiles, except that the last total_warps tiles are handed out as 8-row
-  // halves. A tile is ~1/6 of a warp's share of the Muse head; when the hand-out runs dry, every
-  // warp is somewhere inside its last unit and the SM streams with fewer and fewer warps, so the
-  // last units are made half as long (a half costs ~55 % of a tile: the MMAs stay whole).
-  const int full_units = ntiles > total_warps ? ntiles - total_warps : 0;
-  const int nunits = full_units + 2 * (ntiles - full_units);
-  auto unit_tile = [&](int u) { return u < full_units ? u : full_units + ((u - full_units) >> 1); };
-  auto unit_half = [&](int u) { return u < full_units ? -1 : ((u - full_units) & 1); };
-
-  // The load cursor runs D items ahead of the computation. Units: two static ones per warp, then a
-  // dynamic hand-out fetched a whole unit ahead.
-  int load_unit = blockIdx.x * NW + warp, load_sb = 0;
-  int next_unit = load_unit + total_warps;
+  // The load cursor runs D items ahead of the computation. Tiles: two static ones per warp, then a
+  // dynamic hand-out fetched a whole tile ahead.
+  int load_tile = blockIdx.x * NW + warp, load_sb = 0;
+  int next_tile = load_tile + total_warps;
   int pending = 0;
   if (lane == 0) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
   Item buf[D];
-  int buf_unit[D], buf_sb[D];
+  int buf_tile[D], buf_sb[D];
   auto load_next = [&](int d) {
-    buf_unit[d] = load_unit;
+    buf_tile[d] = load_tile;
     buf_sb[d] = load_sb;
-    if (load_unit >= nunits) return;
-    load_item(buf[d], weights + (int64_t(unit_tile(load_unit)) * G + load_sb) * stream::kItemBytes, lane,
-              unit_half(load_unit));
+    if (load_tile >= ntiles) return;
+    load_item(buf[d], weights + (int64_t(load_tile) * G + load_sb) * stream::kItemBytes, lane);
     if (++load_sb == G) {
       load_sb = 0;
-      load_unit = next_unit;
-      next_unit = __shfl_sync(0xffffffffu, pending, 0);
-      if (lane == 0 && next_unit < nunits) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
+      load_tile = next_tile;
+      next_tile = __shfl_sync(0xffffffffu, pending, 0);
+      if (lane == 0 && next_tile < ntiles) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
     }
   };
 #pragma unroll
@@ -133,20 +116,15 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
     }
   }
 
-  bool more = buf_unit[0] < nunits;
+  bool more = buf_tile[0] < ntiles;
   while (more) {
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-      const int unit = buf_unit[d], sb = buf_sb[d];
-      if (unit >= nunits) { more = false; break; }
-      const int tile = unit_tile(unit), half = unit_half(unit);
-      if (half < 0) compute_item<TT, 2>(buf[d], sb, act, act_off, acc, summs);
-      else compute_item<TT, 1>(buf[d], sb, act, act_off, acc, summs);
+      const int tile = buf_tile[d], sb = buf_sb[d];
+      if (tile >= ntiles) { more = false; break; }
+      compute_item<TT>(buf[d], sb, act, act_off, acc, summs);
       load_next(d);
-      if (sb == G - 1) {
-        if (half < 0) finish_rows<TT, 2>(p, tile * kTileRows, lane, acc, summs, best);
-        else finish_rows<TT, 1>(p, tile * kTileRows + 8 * half, lane, acc, summs, best);
-      }
+      if (sb == G - 1) finish_tile<TT>(p, tile, lane, acc, summs, best);
     }
   }
 
