@@ -302,8 +302,14 @@ int main(int argc, char** argv) {
         const Timing tm = time_forward(*b, 1, runs, req);
         const double gbps = ob / (tm.wall_ms * 1e6);
         others.push_back({type, tm.wall_ms, gbps / ceiling, ob});
-        std::printf("ratio %.3f | %s T=1 | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s\n", gbps / ceiling,
-                    std::string(tensor_type_name(type)).c_str(), tm.wall_ms, ob, gbps, ceiling);
+        std::printf("ratio %.3f | %s T=1 | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n", gbps / ceiling,
+                    std::string(tensor_type_name(type)).c_str(), tm.wall_ms, ob, gbps, ceiling,
+                    cuda::last_call(*b).kernel.c_str());
+        if (type == TensorType::Q4_K) {
+          const Timing t2 = time_forward(*b, 2, runs, req);
+          std::printf("ratio %.3f | %s T=2 | %.4f ms | %s\n", ob / (t2.wall_ms * 1e6) / ceiling,
+                      std::string(tensor_type_name(type)).c_str(), t2.wall_ms, cuda::last_call(*b).kernel.c_str());
+        }
       }
     }
     const double ceiling_after = measure_cuda_read_ceiling_gbps(uint64_t(4) << 30);

@@ -321,6 +321,40 @@ TEST(CudaBackend, Q5KStreamTokensInNAgrees) {
   }
 }
 
+// The register stream kernel on Q4_K heads (its own layout, four min lanes): odd super-block counts,
+// one super-block, vocabularies ending inside a tile, every warp configuration, T = 1..4.
+TEST(CudaBackend, Q4KStreamKernelAgrees) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 13);
+  const struct { int64_t V, H; } shapes[] = {{4099, 768}, {1, 256}, {17, 512}, {30011, 1280}};
+  for (const auto& sh : shapes) {
+    const RandomHead head = random_head(TensorType::Q4_K, sh.V, sh.H, rng);
+    auto scalar = make_scalar_backend(head.view);
+    auto gpu = make_cuda_backend(head.view, 1);
+    ForwardRequest req;
+    req.want_logits = true;
+    req.top_k = int(std::min<int64_t>(4, sh.V));
+    for (int T = 1; T <= 4; ++T) {
+      const std::vector<float> hidden = random_hidden(T, sh.H, rng);
+      const ForwardOutput ref = run(*scalar, hidden, T, req);
+      for (int warps : {16, 12, 8}) {
+        cuda::Tuning t;
+        t.stream_max_tokens = 4;
+        t.stream_warps = warps;
+        t.check_guards = true;
+        cuda::set_tuning(*gpu, t);
+        const ForwardOutput got = run(*gpu, hidden, T, req);
+        const cuda::CallInfo info = cuda::last_call(*gpu);
+        EXPECT_EQ(info.kernel, "q4k_stream");
+        EXPECT_TRUE(info.guards_intact) << "the Q4_K stream kernel wrote outside the logits";
+        expect_same(ref, got, req,
+                    "Q4_K V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
+                        " warps " + std::to_string(warps));
+      }
+    }
+  }
+}
+
 TEST(CudaBackend, Q5KRoutesCapsAndSelections) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(seed_of_this_run() + 2);

@@ -95,5 +95,52 @@ TEST(CudaStreamLayout, KernelReadsRecoverEveryLevel) {
   }
 }
 
+// The 4-bit level of element e of a file Q4_K block.
+int file_level_q4(const uint8_t* block, int e) {
+  const int sub = e / 32, pos = e % 32;
+  const uint8_t qs = block[st::kQ4FileQs + 32 * (sub / 2) + pos];
+  return (sub % 2 == 0) ? (qs & 0x0F) : (qs >> 4);
+}
+
+TEST(CudaStreamLayout, Q4KReadsRecoverEveryLevel) {
+  std::mt19937_64 rng(11);
+  for (int groups : {1, 3}) {
+    for (int present : {16, 5}) {
+      std::vector<uint8_t> file(size_t(present) * groups * st::kQ4BlockBytes);
+      for (auto& b : file) b = uint8_t(rng());
+      const uint8_t* rows[st::kTileRows] = {};
+      for (int i = 0; i < present; ++i) rows[i] = file.data() + size_t(i) * groups * st::kQ4BlockBytes;
+      std::vector<uint8_t> out(size_t(groups) * st::kQ4ItemBytes, 0xEE);
+      st::transcode_tile_q4k(rows, groups, out.data());
+      EXPECT_EQ(st::q4_bytes(202048, 26), uint64_t(202048) * 26 * 144);
+      for (int sb = 0; sb < groups; ++sb) {
+        const uint8_t* item = out.data() + size_t(sb) * st::kQ4ItemBytes;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, q = lane % 4;
+          for (int r = 0; r < 2; ++r) {
+            const int row = g + 8 * r;
+            uint32_t words[8];
+            std::memcpy(words, item + st::kQ4W03 + 512 * r + 16 * lane, 16);
+            std::memcpy(words + 4, item + st::kQ4W47 + 512 * r + 16 * lane, 16);
+            const uint8_t* file_block = rows[row] ? rows[row] + sb * st::kQ4BlockBytes : nullptr;
+            const uint8_t zeros[16] = {};
+            EXPECT_EQ(std::memcmp(item + st::kQ4Header + 16 * row, file_block ? file_block : zeros, 16), 0);
+            for (int j = 0; j < 8; ++j) {
+              for (int h = 0; h < 2; ++h) {
+                const uint32_t w = st::q4_level_word(words[j], h);
+                for (int byte = 0; byte < 4; ++byte) {
+                  const int e = 32 * j + 4 * (q + 4 * h) + byte;
+                  ASSERT_EQ(int((w >> (8 * byte)) & 0xFF), file_block ? file_level_q4(file_block, e) : 0)
+                      << "groups " << groups << " item " << sb << " row " << row << " element " << e;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lmhead

@@ -127,7 +127,8 @@ class CudaBackend final : public Backend {
     std::memcpy(hidden_.host(), hidden, size_t(tokens) * size_t(H) * sizeof(float));
     const std::string key = shape.key(tuning_);
     last_ = CallInfo{};
-    last_.kernel = shape.stream_n ? "q5k_stream_n" : shape.tma ? "q5k_tma" : shape.stream ? "q5k_stream" : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
+    last_.kernel = shape.stream_n ? "q5k_stream_n" : shape.tma ? "q5k_tma"
+                   : shape.stream ? (head_.type == TensorType::Q4_K ? "q4k_stream" : "q5k_stream") : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
     last_.tokens = tokens;
     // One graph replay per call, timed by events around it (and, with stage events, by event
     // nodes between its stages). The first call of a shape runs directly (it also sets the
@@ -258,7 +259,7 @@ class CudaBackend final : public Backend {
     s.stream_n = !s.stream && tuning_.use_mma && tuning_.stream_n_kernel && stream_n_weights_.size() > 0 &&
                  s.format == ActFormat::q8_K && q5k_stream_n_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
     if (s.stream || s.stream_n) s.mma = s.lanes = false;
-    s.tma = s.stream && tuning_.stream_tma &&
+    s.tma = s.stream && head_.type == TensorType::Q5_K && tuning_.stream_tma &&
             q5k_tma_smem(layout_.groups, tokens, tuning_.tma_ring) + 8192 <= size_t(smem_optin_);
     const CapParams cp = cap_params(head_, req.softcap);
     s.cap_mode = cp.cap == 0.0f ? kScaleOnly : (req.softcap == SoftcapRoute::fused ? kCapFused : kCapNodes);
@@ -287,9 +288,12 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     const uint64_t needed = total + total / 10 + (uint64_t(64) << 20);
     // A Q5_K head is kept a second time in the stream layout when the device has room for it.
-    const uint64_t stream_total = stream::bytes(V, layout_.groups);
-    // Both stream layouts (lanes split for T <= 2, sub-blocks split for larger T) come on top.
-    const bool keep_stream = head_.type == TensorType::Q5_K && needed + 2 * stream_total <= free_bytes;
+    // Q5_K: both stream layouts (lanes split for T <= 2, sub-blocks split for larger T) come on top;
+    // Q4_K: its lanes-split stream layout.
+    const bool q4k = head_.type == TensorType::Q4_K;
+    const uint64_t stream_total = q4k ? stream::q4_bytes(V, layout_.groups) : stream::bytes(V, layout_.groups);
+    const int stream_copies = head_.type == TensorType::Q5_K ? 2 : q4k ? 1 : 0;
+    const bool keep_stream = stream_copies > 0 && needed + stream_copies * stream_total <= free_bytes;
     if (needed > free_bytes)
       throw Error("the " + std::string(tensor_type_name(head_.type)) + " head does not fit on the GPU: it needs about " +
                   std::to_string(needed) + " bytes (weights " + std::to_string(total) + " + working buffers), but only " +
@@ -297,7 +301,7 @@ class CudaBackend final : public Backend {
     weights_.reset(total + 256);  // tail slack: 16-byte loads past the last row stay inside
     if (keep_stream) {
       stream_weights_.reset(stream_total);
-      stream_n_weights_.reset(stream_total);
+      if (!q4k) stream_n_weights_.reset(stream_total);
     }
     if (layout_.aux_d) aux_.reset(size_t(V) * layout_.groups);
     const bool progress = total > (uint64_t(256) << 20);
@@ -326,7 +330,21 @@ class CudaBackend final : public Backend {
           CUDA_CHECK(cudaMemcpy(aux_.get() + size_t(r0) * size_t(layout_.groups), aux_staging.data(),
                                 aux_staging.size() * 2, cudaMemcpyHostToDevice));
       }
-      if (keep_stream) {
+      if (keep_stream && q4k) {
+        const size_t tile_bytes = size_t(layout_.groups) * stream::kQ4ItemBytes;
+        const int64_t tiles = (n + stream::kTileRows - 1) / stream::kTileRows;
+        staging.resize(size_t(tiles) * tile_bytes);
+        for (int64_t t = 0; t < tiles; ++t) {
+          const uint8_t* rows[stream::kTileRows];
+          for (int i = 0; i < stream::kTileRows; ++i) {
+            const int64_t r = r0 + t * stream::kTileRows + i;
+            rows[i] = r < V ? head_.weights + uint64_t(r) * head_.row_bytes : nullptr;
+          }
+          stream::transcode_tile_q4k(rows, layout_.groups, staging.data() + size_t(t) * tile_bytes);
+        }
+        CUDA_CHECK(cudaMemcpy(stream_weights_.get() + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(),
+                              staging.size(), cudaMemcpyHostToDevice));
+      } else if (keep_stream) {
         const size_t tile_bytes = size_t(layout_.groups) * stream::kItemBytes;
         const int64_t tiles = (n + stream::kTileRows - 1) / stream::kTileRows;
         staging.resize(size_t(tiles) * tile_bytes);
@@ -449,7 +467,7 @@ class CudaBackend final : public Backend {
     } else if (s.stream) {
       hp.t0 = 0;
       hp.tc = s.T;
-      launch_q5k_stream(hp, tuning_.stream_warps, pdl, num_sms_, stream_);
+      launch_q5k_stream(hp, tuning_.stream_warps, head_.type == TensorType::Q4_K, pdl, num_sms_, stream_);
     } else if (s.lanes) {
       hp.t0 = 0;
       hp.tc = s.T;

@@ -111,7 +111,8 @@ size_t q5k_lanes_smem(int groups, int tokens);
 // The Q5_K q8-route head for T <= kStreamMaxTokens, weights streamed into registers from the
 // stream layout (see q5k_stream.cu).
 constexpr int kStreamMaxTokens = 4;
-void launch_q5k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
+// q4k: the head is Q4_K (its own stream layout, stream::transcode_tile_q4k), else Q5_K.
+void launch_q5k_stream(const HeadParams& p, int warps, bool q4k, bool pdl, int num_sms, cudaStream_t stream);
 size_t q5k_stream_smem(int groups, int tokens);
 // The same for T <= kStreamMaxTokens with the weights staged in shared memory by bulk copies (the
 // TMA unit, see q5k_tma.cu); ring picks warps and stages per block (0 .. q5k_tma_rings() - 1).

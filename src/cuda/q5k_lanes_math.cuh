@@ -109,16 +109,23 @@ __device__ __forceinline__ int act_offset(int lane) {
   return (g & 3) == q ? 16 * g : -1;
 }
 
+// The mins term's float lanes: Q5_K sums all eight sub-blocks' mins into one chain, Q4_K keeps four
+// (lane t: sub-blocks 2t and 2t + 1), reduced (m0 + m2) + (m1 + m3) at the end (vec_dot.cpp).
+template <bool kQ4>
+constexpr int kMinLanes = kQ4 ? 4 : 1;
+
 // One item's numbers for rows g, g + 8 (r), tokens t and lanes 2q + c: the integer lane sums
-// isum, dq = y.d * d, and the mins term's dm = -y.d * dmin and float(imin) (exact).
-template <int TT>
+// isum, dq = y.d * d, and the mins term's dm = -y.d * dmin and float(imin) per min lane (exact).
+template <int TT, bool kQ4 = false>
 struct ItemSums {
   int isum[TT][2][2];
-  float dq[TT][2], dm[TT][2], fim[TT][2];
+  float dq[TT][2], dm[TT][2], fim[TT][2][kMinLanes<kQ4>];
 };
 
-template <int TT>
-__device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<TT>& a, int act_off, ItemSums<TT>& out) {
+// kQ4: the item holds Q4_K levels (stream::transcode_tile_q4k): W0..W7 in w03, w47.
+template <int TT, bool kQ4 = false>
+__device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<TT>& a, int act_off,
+                                          ItemSums<TT, kQ4>& out) {
   float (&dq)[TT][2] = out.dq;
   uint32_t sc_lo[2], sc_hi[2];
 #pragma unroll
@@ -135,11 +142,19 @@ __device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<
       const uint4 bs = a.bsp[sb * TT + t];
       dq[t][r] = __fmul_rn(yd, d);
       out.dm[t][r] = __fmul_rn(-yd, dmin);
-      int im = __dp2a_lo(int(bs.x), int(mlo), kMagicBits);
-      im = __dp2a_hi(int(bs.y), int(mlo), im);
-      im = __dp2a_lo(int(bs.z), int(mhi), im);
-      im = __dp2a_hi(int(bs.w), int(mhi), im);
-      out.fim[t][r] = __fsub_rn(__int_as_float(im), kMagic);
+      if constexpr (kQ4) {
+        // bs word t' holds the sums of sub-blocks 2t', 2t' + 1; m[2t'], m[2t' + 1] are bytes of mlo / mhi.
+        out.fim[t][r][0] = __fsub_rn(__int_as_float(__dp2a_lo(int(bs.x), int(mlo), kMagicBits)), kMagic);
+        out.fim[t][r][1] = __fsub_rn(__int_as_float(__dp2a_hi(int(bs.y), int(mlo), kMagicBits)), kMagic);
+        out.fim[t][r][2] = __fsub_rn(__int_as_float(__dp2a_lo(int(bs.z), int(mhi), kMagicBits)), kMagic);
+        out.fim[t][r][3] = __fsub_rn(__int_as_float(__dp2a_hi(int(bs.w), int(mhi), kMagicBits)), kMagic);
+      } else {
+        int im = __dp2a_lo(int(bs.x), int(mlo), kMagicBits);
+        im = __dp2a_hi(int(bs.y), int(mlo), im);
+        im = __dp2a_lo(int(bs.z), int(mhi), im);
+        im = __dp2a_hi(int(bs.w), int(mhi), im);
+        out.fim[t][r][0] = __fsub_rn(__int_as_float(im), kMagic);
+      }
     }
   }
 
@@ -172,8 +187,13 @@ __device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<
     uint32_t wq[2], wq4[2];  // rows g, g + 8: lane q and lane q + 4 of sub-block j
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      wq[r] = stream::level_word(w[r], 2 * j);
-      wq4[r] = stream::level_word(w[r], 2 * j + 1);
+      if constexpr (kQ4) {
+        wq[r] = stream::q4_level_word(w[r][j], 0);
+        wq4[r] = stream::q4_level_word(w[r][j], 1);
+      } else {
+        wq[r] = stream::level_word(w[r], 2 * j);
+        wq4[r] = stream::level_word(w[r], 2 * j + 1);
+      }
     }
     const int s0 = int(__byte_perm((j < 4) ? sc_lo[0] : sc_hi[0], 0u, 0x4440u | unsigned(j & 3)));
     const int s1 = int(__byte_perm((j < 4) ? sc_lo[1] : sc_hi[1], 0u, 0x4440u | unsigned(j & 3)));
@@ -189,17 +209,18 @@ __device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<
   }
 }
 
-// The item's step of the float chains (numerics.md §5): summs += dm * imin, acc[k] += dq * isum[k].
-template <int TT>
+// The item's step of the float chains (numerics.md §5): summs[i] += dm * imin[i], acc[k] += dq * isum[k].
+template <int TT, bool kQ4 = false>
 __device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSmem<TT>& a, int act_off,
-                                             float (&acc)[TT][2][2], float (&summs)[TT][2]) {
-  ItemSums<TT> s;
-  item_sums<TT>(it, sb, a, act_off, s);
+                                             float (&acc)[TT][2][2], float (&summs)[TT][2][kMinLanes<kQ4>]) {
+  ItemSums<TT, kQ4> s;
+  item_sums<TT, kQ4>(it, sb, a, act_off, s);
 #pragma unroll
   for (int t = 0; t < TT; ++t)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      summs[t][r] = __fmaf_rn(s.dm[t][r], s.fim[t][r], summs[t][r]);
+#pragma unroll
+      for (int i = 0; i < kMinLanes<kQ4>; ++i) summs[t][r][i] = __fmaf_rn(s.dm[t][r], s.fim[t][r][i], summs[t][r][i]);
 #pragma unroll
       for (int c = 0; c < 2; ++c)
         acc[t][r][c] = __fmaf_rn(s.dq[t][r], __int2float_rn(s.isum[t][r][c]), acc[t][r][c]);
@@ -208,9 +229,9 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSm
 
 // After a tile's last super-block: the eight lanes of each row meet (shuffles within the quad),
 // hsum + summs give the raw logit, then scale, cap, store and the running argmax.
-template <int TT>
+template <int TT, bool kQ4 = false>
 __device__ __forceinline__ void finish_tile(const HeadParams& p, int tile, int lane, float (&acc)[TT][2][2],
-                                            float (&summs)[TT][2], PartialBest (&best)[TT]) {
+                                            float (&summs)[TT][2][kMinLanes<kQ4>], PartialBest (&best)[TT]) {
   const int g = lane >> 2, q = lane & 3, V = p.vocab;
 #pragma unroll
   for (int t = 0; t < TT; ++t)
@@ -219,7 +240,10 @@ __device__ __forceinline__ void finish_tile(const HeadParams& p, int tile, int l
       float lanes8[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) lanes8[k] = __shfl_sync(0xffffffffu, acc[t][r][k & 1], (lane & ~3) | (k >> 1));
-      const float raw = __fadd_rn(reduce_lanes(lanes8), summs[t][r]);
+      float mins = summs[t][r][0];
+      if constexpr (kQ4)
+        mins = __fadd_rn(__fadd_rn(summs[t][r][0], summs[t][r][2]), __fadd_rn(summs[t][r][1], summs[t][r][3]));
+      const float raw = __fadd_rn(reduce_lanes(lanes8), mins);
       const int row = tile * kTileRows + g + 8 * r;
       if (q == 0 && row < V && t < p.T) {
         const float capped = apply_cap(raw, p);
@@ -227,7 +251,8 @@ __device__ __forceinline__ void finish_tile(const HeadParams& p, int tile, int l
         if (p.raw) p.raw[size_t(t) * V + row] = raw;
         best[t] = best_merge(best[t], best_single(capped, row));
       }
-      summs[t][r] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMinLanes<kQ4>; ++i) summs[t][r][i] = 0.0f;
       acc[t][r][0] = acc[t][r][1] = 0.0f;
     }
 }

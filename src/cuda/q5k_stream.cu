@@ -51,20 +51,29 @@ __device__ __forceinline__ uint4 ldg_header(const void* p) {
   return v;
 }
 
+template <bool kQ4>
 __device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lane) {
   const int g = lane >> 2;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    it.w03[r] = ldg_once128(item + stream::kW03 + 512 * r + 16 * lane);
-    it.w47[r] = ldg_once128(item + stream::kW47 + 512 * r + 16 * lane);
-    it.w89[r] = ldg_once64(item + stream::kW89 + 256 * r + 8 * lane);
-    it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
+    if constexpr (kQ4) {
+      it.w03[r] = ldg_once128(item + stream::kQ4W03 + 512 * r + 16 * lane);
+      it.w47[r] = ldg_once128(item + stream::kQ4W47 + 512 * r + 16 * lane);
+      it.h[r] = ldg_header(item + stream::kQ4Header + 16 * (g + 8 * r));
+    } else {
+      it.w03[r] = ldg_once128(item + stream::kW03 + 512 * r + 16 * lane);
+      it.w47[r] = ldg_once128(item + stream::kW47 + 512 * r + 16 * lane);
+      it.w89[r] = ldg_once64(item + stream::kW89 + 256 * r + 8 * lane);
+      it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
+    }
   }
 }
 
-// D register buffers per warp: while one item is computed, D - 1 are in flight.
-template <int TT, int NW, int D>
+// D register buffers per warp: while one item is computed, D - 1 are in flight. kQ4: a Q4_K head
+// (stream::transcode_tile_q4k), the same lane structure with 4-bit levels and four min lanes.
+template <int TT, int NW, int D, bool kQ4>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams p) {
+  constexpr int kItemBytes = kQ4 ? stream::kQ4ItemBytes : stream::kItemBytes;
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int G = p.groups;
@@ -87,7 +96,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
     buf_tile[d] = load_tile;
     buf_sb[d] = load_sb;
     if (load_tile >= ntiles) return;
-    load_item(buf[d], weights + (int64_t(load_tile) * G + load_sb) * stream::kItemBytes, lane);
+    load_item<kQ4>(buf[d], weights + (int64_t(load_tile) * G + load_sb) * kItemBytes, lane);
     if (++load_sb == G) {
       load_sb = 0;
       load_tile = next_tile;
@@ -105,13 +114,14 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
   const int act_off = act_offset(lane);
   PartialBest best[TT];
   float acc[TT][2][2];  // [token][row g, g+8][lane 2q + c]
-  float summs[TT][2];
+  float summs[TT][2][kMinLanes<kQ4>];
 #pragma unroll
   for (int t = 0; t < TT; ++t) {
     best[t] = best_empty();
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      summs[t][r] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMinLanes<kQ4>; ++i) summs[t][r][i] = 0.0f;
       acc[t][r][0] = acc[t][r][1] = 0.0f;
     }
   }
@@ -122,18 +132,18 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
     for (int d = 0; d < D; ++d) {
       const int tile = buf_tile[d], sb = buf_sb[d];
       if (tile >= ntiles) { more = false; break; }
-      compute_item<TT>(buf[d], sb, act, act_off, acc, summs);
+      compute_item<TT, kQ4>(buf[d], sb, act, act_off, acc, summs);
       load_next(d);
-      if (sb == G - 1) finish_tile<TT>(p, tile, lane, acc, summs, best);
+      if (sb == G - 1) finish_tile<TT, kQ4>(p, tile, lane, acc, summs, best);
     }
   }
 
   finish_block<TT, NW>(p, best);
 }
 
-template <int TT, int NW, int D>
+template <int TT, int NW, int D, bool kQ4>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  auto kernel = q5k_stream_kernel<TT, NW, D>;
+  auto kernel = q5k_stream_kernel<TT, NW, D, kQ4>;
   static OncePerDevice configured;
   configured.run([&](int device) {
     int optin = 0;
@@ -153,26 +163,32 @@ void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stre
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
+// warps picks (warps per block, register buffers per warp) for T <= 2: 16 -> (16, 2), 12 -> (12, 3),
+// 8 -> (8, 4); T = 3, 4 run 8 warps with 2 buffers (more accumulators per thread).
+template <bool kQ4>
+void launch_typed(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
+  switch (p.T * 100 + warps) {
+    case 116: return launch_config<1, 16, 2, kQ4>(p, pdl, num_sms, stream);
+    case 112: return launch_config<1, 12, 3, kQ4>(p, pdl, num_sms, stream);
+    case 108: return launch_config<1, 8, 4, kQ4>(p, pdl, num_sms, stream);
+    case 216: return launch_config<2, 16, 2, kQ4>(p, pdl, num_sms, stream);
+    case 212: return launch_config<2, 12, 3, kQ4>(p, pdl, num_sms, stream);
+    case 208: return launch_config<2, 8, 4, kQ4>(p, pdl, num_sms, stream);
+    default: break;
+  }
+  if (p.T == 3) return launch_config<3, 8, 2, kQ4>(p, pdl, num_sms, stream);
+  return launch_config<4, 8, 2, kQ4>(p, pdl, num_sms, stream);
+}
+
 }  // namespace
 
 size_t q5k_stream_smem(int groups, int tokens) { return act_smem_bytes(groups, tokens); }
 
-// warps picks (warps per block, register buffers per warp) for T <= 2: 16 -> (16, 2), 12 -> (12, 3),
-// 8 -> (8, 4); T = 3, 4 run 8 warps with 2 buffers (more accumulators per thread).
-void launch_q5k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
+void launch_q5k_stream(const HeadParams& p, int warps, bool q4k, bool pdl, int num_sms, cudaStream_t stream) {
   if (p.T < 1 || p.T > kStreamMaxTokens) throw Error("launch_q5k_stream: 1 to 4 tokens per call");
   if (warps != 8 && warps != 12 && warps != 16) throw Error("launch_q5k_stream: 8, 12 or 16 warps per block");
-  switch (p.T * 100 + warps) {
-    case 116: return launch_config<1, 16, 2>(p, pdl, num_sms, stream);
-    case 112: return launch_config<1, 12, 3>(p, pdl, num_sms, stream);
-    case 108: return launch_config<1, 8, 4>(p, pdl, num_sms, stream);
-    case 216: return launch_config<2, 16, 2>(p, pdl, num_sms, stream);
-    case 212: return launch_config<2, 12, 3>(p, pdl, num_sms, stream);
-    case 208: return launch_config<2, 8, 4>(p, pdl, num_sms, stream);
-    default: break;
-  }
-  if (p.T == 3) return launch_config<3, 8, 2>(p, pdl, num_sms, stream);
-  return launch_config<4, 8, 2>(p, pdl, num_sms, stream);
+  if (q4k) launch_typed<true>(p, warps, pdl, num_sms, stream);
+  else launch_typed<false>(p, warps, pdl, num_sms, stream);
 }
 
 }  // namespace lmhead::cuda

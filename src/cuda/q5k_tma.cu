@@ -106,13 +106,13 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p)
   const int act_off = act_offset(lane);
   PartialBest best[TT];
   float acc[TT][2][2];
-  float summs[TT][2];
+  float summs[TT][2][1];
 #pragma unroll
   for (int t = 0; t < TT; ++t) {
     best[t] = best_empty();
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      summs[t][r] = 0.0f;
+      summs[t][r][0] = 0.0f;
       acc[t][r][0] = acc[t][r][1] = 0.0f;
     }
   }

@@ -110,4 +110,50 @@ inline void transcode_tile(const uint8_t* const (&rows)[kTileRows], int groups, 
   }
 }
 
+// Q4_K (144-byte blocks: the same 16-byte header, then qs [16, 144), no high bits) in the lanes
+// split: a thread's sixteen operand words per row hold 4-bit levels, so they pack as eight words
+// W_n = A(2n) | A(2n + 1) << 4 (one AND, or a shift and an AND, to decode). Item sections:
+//   W0..W3 [r][lane] 16 B at    0 + 512 r + 16 lane
+//   W4..W7 [r][lane] 16 B at 1024 + 512 r + 16 lane
+//   header [row]     16 B at 2048 + 16 row
+constexpr int kQ4BlockBytes = 144;
+constexpr int kQ4ItemBytes = kTileRows * kQ4BlockBytes;  // 2304
+constexpr int kQ4W03 = 0, kQ4W47 = 1024, kQ4Header = 2048;
+constexpr int kQ4FileQs = 16;
+
+LMHEAD_STREAM_FN uint32_t q4_level_word(uint32_t w_n, int h) { return (w_n >> (4 * h)) & 0x0F0F0F0Fu; }
+
+inline uint64_t q4_bytes(int64_t vocab, int groups) {
+  return uint64_t(tiles(vocab)) * uint64_t(groups) * kQ4ItemBytes;
+}
+
+inline void transcode_tile_q4k(const uint8_t* const (&rows)[kTileRows], int groups, uint8_t* dst) {
+  std::memset(dst, 0, size_t(groups) * kQ4ItemBytes);
+  for (int sb = 0; sb < groups; ++sb) {
+    uint8_t* item = dst + size_t(sb) * kQ4ItemBytes;
+    for (int row = 0; row < kTileRows; ++row) {
+      if (rows[row] == nullptr) continue;
+      const uint8_t* in = rows[row] + size_t(sb) * kQ4BlockBytes;
+      const int g = row % 8, r = row / 8;
+      for (int q = 0; q < 4; ++q) {
+        const int lane = 4 * g + q;
+        uint32_t w[8];
+        for (int j = 0; j < 8; ++j) {
+          uint32_t a[2];
+          for (int h = 0; h < 2; ++h) {
+            const int k = q + 4 * h;
+            uint32_t qs;  // nibbles of sub-blocks 2p, 2p+1 (p = j / 2), elements 4k .. 4k+3
+            std::memcpy(&qs, in + kQ4FileQs + 32 * (j / 2) + 4 * k, 4);
+            a[h] = (qs >> (4 * (j % 2))) & 0x0F0F0F0Fu;
+          }
+          w[j] = a[0] | (a[1] << 4);
+        }
+        std::memcpy(item + kQ4W03 + 512 * r + 16 * lane, w, 16);
+        std::memcpy(item + kQ4W47 + 512 * r + 16 * lane, w + 4, 16);
+      }
+      std::memcpy(item + kQ4Header + 16 * row, in, 16);
+    }
+  }
+}
+
 }  // namespace lmhead::cuda::stream
