@@ -1,5 +1,7 @@
 // The Q5_K head on the q8 route for T <= 4, streaming the weights straight into registers from a
-// transcoded copy of the head (stream_layout.hpp), byte-identical to numerics.md §5.
+// transcoded copy of the head (stream_layout.hpp), byte-identical to numerics.md §5. Q4_K heads run
+// the same kernel (kQ4): the same lane structure with 4-bit levels, and the four float lanes of
+// the mins term that src/quant/vec_dot.cpp documents for Q4_K.
 //
 // The arithmetic is the lanes kernel's (q5k_lanes.cu): per sub-block j one m16n8k32 MMA with the
 // 16 rows of a tile as A (raw 5-bit levels) and the eight float lanes k as N, so D[row][k] is lane
