@@ -16,7 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/per_device.hpp"
+#include "cuda/launch.hpp"
 #include "cuda/device_common.cuh"
 
 namespace lmhead::cuda {
@@ -299,24 +299,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_lanes_kernel(const HeadParams 
 
 template <int TT, int NW, int S>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  auto kernel = q5k_lanes_kernel<TT, NW, S>;
-  static OncePerDevice configured;
-  configured.run([&](int device) {
-    int optin = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 8192));
-  });
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(num_sms);
-  cfg.blockDim = dim3(NW * 32);
-  cfg.dynamicSmemBytes = smem_bytes(p.groups, TT, NW, S);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  launch_head_kernel<q5k_lanes_kernel<TT, NW, S>>(dim3(num_sms), dim3(NW * 32), smem_bytes(p.groups, TT, NW, S), pdl, stream, p);
 }
 
 }  // namespace

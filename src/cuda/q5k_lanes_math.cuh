@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/device_common.cuh"
+#include "cuda/stream_item.cuh"
 #include "cuda/stream_layout.hpp"
 
 namespace lmhead::cuda {
@@ -21,13 +22,6 @@ __device__ __forceinline__ void mma_lanes(int (&d)[4], uint32_t a0, uint32_t a1,
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
 }
 
-// One item's registers for rows g and g + 8 (r): the ten packed level words W0..W9 of the thread
-// (stream_layout.hpp) and the row's header.
-struct Item {
-  uint4 w03[2], w47[2];
-  uint2 w89[2];
-  uint4 h[2];
-};
 
 // d and dmin: the hardware conversion is exact for every non-NaN half; a NaN scale makes the
 // product below a NaN, and the GPU's arithmetic returns its canonical NaN whatever the payload,

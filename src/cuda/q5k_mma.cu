@@ -20,7 +20,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/per_device.hpp"
+#include "cuda/launch.hpp"
 #include "cuda/device_common.cuh"
 
 namespace lmhead::cuda {
@@ -339,26 +339,8 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
 
 template <int MT, int CT, int NW, int S>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  auto kernel = q5k_mma_kernel<MT, CT, NW, S>;
-  const size_t smem = smem_bytes(p.groups, MT, NW, S);
-  // Raised once to the most any head can ask for (the first call of every shape runs uncaptured).
-  static OncePerDevice configured;
-  configured.run([&](int device) {
-    int optin = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 8192));
-  });
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(num_sms);
-  cfg.blockDim = dim3(NW * 32);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  launch_head_kernel<q5k_mma_kernel<MT, CT, NW, S>>(dim3(num_sms), dim3(NW * 32), smem_bytes(p.groups, MT, NW, S), pdl,
+                                                   stream, p);
 }
 
 // The kernels built: T <= 8 with 8 / 12 / 16 warps (ring depth 4 / 3 / 3), T > 8 with 8 warps

@@ -24,7 +24,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/per_device.hpp"
+#include "cuda/launch.hpp"
 #include "cuda/device_common.cuh"
 #include "cuda/q5k_lanes_math.cuh"
 #include "cuda/stream_layout.hpp"
@@ -36,41 +36,6 @@ using namespace lanes_math;
 
 // Weights are read once: no L1 allocation. The header goes through L1, because the even block's
 // header load brings in the 32-byte sector that the odd block's header load reads next.
-__device__ __forceinline__ uint4 ldg_once128(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint2 ldg_once64(const void* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint4 ldg_header(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
-template <bool kQ4>
-__device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lane) {
-  const int g = lane >> 2;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if constexpr (kQ4) {
-      it.w03[r] = ldg_once128(item + stream::kQ4W03 + 512 * r + 16 * lane);
-      it.w47[r] = ldg_once128(item + stream::kQ4W47 + 512 * r + 16 * lane);
-      it.h[r] = ldg_header(item + stream::kQ4Header + 16 * (g + 8 * r));
-    } else {
-      it.w03[r] = ldg_once128(item + stream::kW03 + 512 * r + 16 * lane);
-      it.w47[r] = ldg_once128(item + stream::kW47 + 512 * r + 16 * lane);
-      it.w89[r] = ldg_once64(item + stream::kW89 + 256 * r + 8 * lane);
-      it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
-    }
-  }
-}
-
 // D register buffers per warp: while one item is computed, D - 1 are in flight. kQ4: a Q4_K head
 // (stream::transcode_tile_q4k), the same lane structure with 4-bit levels and four min lanes.
 template <int TT, int NW, int D, bool kQ4>
@@ -145,24 +110,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
 
 template <int TT, int NW, int D, bool kQ4>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  auto kernel = q5k_stream_kernel<TT, NW, D, kQ4>;
-  static OncePerDevice configured;
-  configured.run([&](int device) {
-    int optin = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 8192));
-  });
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(num_sms);
-  cfg.blockDim = dim3(NW * 32);
-  cfg.dynamicSmemBytes = act_smem_bytes(p.groups, TT);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  launch_head_kernel<q5k_stream_kernel<TT, NW, D, kQ4>>(dim3(num_sms), dim3(NW * 32), act_smem_bytes(p.groups, TT), pdl, stream, p);
 }
 
 // warps picks (warps per block, register buffers per warp) for T <= 2: 16 -> (16, 2), 12 -> (12, 3),

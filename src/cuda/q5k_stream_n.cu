@@ -19,8 +19,9 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/per_device.hpp"
+#include "cuda/launch.hpp"
 #include "cuda/device_common.cuh"
+#include "cuda/stream_item.cuh"
 #include "cuda/stream_layout.hpp"
 
 namespace lmhead::cuda {
@@ -34,40 +35,6 @@ __device__ __forceinline__ void mma_magic(int (&d)[4], uint32_t a0, uint32_t a1,
   asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
       : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(kMagicBits));
-}
-
-__device__ __forceinline__ uint4 ldg_once128(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint2 ldg_once64(const void* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint4 ldg_header(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
-struct Item {
-  uint4 w03[2], w47[2];
-  uint2 w89[2];
-  uint4 h[2];
-};
-
-__device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lane) {
-  const int g = lane >> 2;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    it.w03[r] = ldg_once128(item + stream::kW03 + 512 * r + 16 * lane);
-    it.w47[r] = ldg_once128(item + stream::kW47 + 512 * r + 16 * lane);
-    it.w89[r] = ldg_once64(item + stream::kW89 + 256 * r + 8 * lane);
-    it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
-  }
 }
 
 // Shared memory: [G][TTOT][kTokenWords] B runs, then [G][TTOT] sub-block sum pairs and y.d.
@@ -197,7 +164,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
     buf_tile[d] = load_tile;
     buf_sb[d] = load_sb;
     if (load_tile >= ntiles) return;
-    load_item(buf[d], weights + (int64_t(load_tile) * G + load_sb) * stream::kItemBytes, lane);
+    load_item<false>(buf[d], weights + (int64_t(load_tile) * G + load_sb) * stream::kItemBytes, lane);
     if (++load_sb == G) {
       load_sb = 0;
       load_tile = next_tile;
@@ -302,27 +269,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
 
 template <int NT, int NW>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  auto kernel = q5k_stream_n_kernel<NT, NW>;
-  static OncePerDevice configured;
-  configured.run([&](int device) {
-    int optin = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaFuncAttributes attrs{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    optin - int(attrs.sharedSizeBytes)));
-  });
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(num_sms);
-  cfg.blockDim = dim3(NW * 32);
-  cfg.dynamicSmemBytes = smem_bytes(p.groups, 8 * NT);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  launch_head_kernel<q5k_stream_n_kernel<NT, NW>>(dim3(num_sms), dim3(NW * 32), smem_bytes(p.groups, 8 * NT), pdl, stream, p);
 }
 
 }  // namespace

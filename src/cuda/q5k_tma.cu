@@ -13,7 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/per_device.hpp"
+#include "cuda/launch.hpp"
 #include "cuda/q5k_lanes_math.cuh"
 #include "cuda/stream_layout.hpp"
 
@@ -149,27 +149,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p)
 
 template <int TT, int NW, int S>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  auto kernel = q5k_tma_kernel<TT, NW, S>;
-  static OncePerDevice configured;
-  configured.run([&](int device) {
-    int optin = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaFuncAttributes attrs{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    optin - int(attrs.sharedSizeBytes)));
-  });
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(num_sms);
-  cfg.blockDim = dim3(NW * 32);
-  cfg.dynamicSmemBytes = 128 + size_t(NW) * S * kStageBytes + act_smem_bytes(p.groups, TT);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  launch_head_kernel<q5k_tma_kernel<TT, NW, S>>(dim3(num_sms), dim3(NW * 32), 128 + size_t(NW) * S * kStageBytes + act_smem_bytes(p.groups, TT), pdl, stream, p);
 }
 
 struct Ring { int warps, stages; };

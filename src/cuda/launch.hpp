@@ -1,0 +1,39 @@
+#pragma once
+// How every head kernel is launched: its dynamic shared-memory limit is raised once per device (to
+// what the device allows next to the kernel's static shared memory), then one launch with
+// programmatic dependent launch when asked (the kernel waits for the prep kernel's memory with
+// griddepcontrol.wait, so its weight loads can start while the prep still runs).
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels.hpp"
+#include "cuda/per_device.hpp"
+
+namespace lmhead::cuda {
+
+template <auto Kernel>
+void launch_head_kernel(dim3 grid, dim3 block, size_t dynamic_smem, bool pdl, cudaStream_t stream,
+                        const HeadParams& p) {
+  static OncePerDevice configured;
+  configured.run([](int device) {
+    int optin = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaFuncAttributes attrs{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attrs, Kernel));
+    CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    optin - int(attrs.sharedSizeBytes)));
+  });
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = dynamic_smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, Kernel, p));
+}
+
+}  // namespace lmhead::cuda

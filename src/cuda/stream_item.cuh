@@ -1,0 +1,56 @@
+#pragma once
+// Loading one 16-row item of a stream layout (stream_layout.hpp) into registers: every load is a
+// contiguous run of the warp (whole 128-byte lines), read once, so it skips L1; the 16-byte row
+// headers go through L1. Used by the register stream kernels (q5k_stream.cu, q5k_stream_n.cu).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/stream_layout.hpp"
+
+namespace lmhead::cuda {
+
+__device__ __forceinline__ uint4 ldg_once128(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ldg_once64(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 ldg_header(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// One item's registers for rows g and g + 8 (r) of the thread: the packed level words (Q5_K: W0..W9
+// in w03, w47, w89; Q4_K: W0..W7 in w03, w47) and the row headers.
+struct Item {
+  uint4 w03[2], w47[2];
+  uint2 w89[2];
+  uint4 h[2];
+};
+
+template <bool kQ4>
+__device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lane) {
+  const int g = lane >> 2;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if constexpr (kQ4) {
+      it.w03[r] = ldg_once128(item + stream::kQ4W03 + 512 * r + 16 * lane);
+      it.w47[r] = ldg_once128(item + stream::kQ4W47 + 512 * r + 16 * lane);
+      it.h[r] = ldg_header(item + stream::kQ4Header + 16 * (g + 8 * r));
+    } else {
+      it.w03[r] = ldg_once128(item + stream::kW03 + 512 * r + 16 * lane);
+      it.w47[r] = ldg_once128(item + stream::kW47 + 512 * r + 16 * lane);
+      it.w89[r] = ldg_once64(item + stream::kW89 + 256 * r + 8 * lane);
+      it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
+    }
+  }
+}
+
+}  // namespace lmhead::cuda
