@@ -13,15 +13,6 @@
 
 namespace lmhead::cli {
 
-std::string with_commas(uint64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
 ProgressBar::ProgressBar(std::string label, uint64_t total)
     : label_(std::move(label)), total_(total ? total : 1), tty_(isatty(STDERR_FILENO)) {}
 

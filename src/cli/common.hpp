@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lmhead/lmhead.hpp"
+#include "model/resources.hpp"
 
 namespace lmhead::cli {
 
@@ -18,8 +19,7 @@ Action register_make(CLI::App& app);
 Action register_bench(CLI::App& app);
 Action register_demo(CLI::App& app);
 
-// "924,571,648"
-std::string with_commas(uint64_t n);
+using lmhead::with_commas;
 // A single-line progress bar on stderr, redrawn at most every 1 % (and only once when not a TTY).
 class ProgressBar {
  public:

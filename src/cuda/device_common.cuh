@@ -82,6 +82,42 @@ __device__ __forceinline__ float reduce_lanes(const float (&a)[8]) {
   return __fadd_rn(__fadd_rn(h0, h2), __fadd_rn(h1, h3));
 }
 
+// ---- K-quant pieces shared by the head kernels ----------------------------------------------------
+
+// D = A x B + C on the int8 tensor cores: m16n8k32, u8 weights (A, row) x s8 activations (B, col),
+// s32 accumulators all started at c (0, or kMagicBits for the float-read trick).
+__device__ __forceinline__ void mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1, int c) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c));
+}
+
+__device__ __forceinline__ uint32_t byte_of(uint32_t w, int b) { return (w >> (8 * b)) & 0xFFu; }
+
+// 6-bit scales and mins of a Q4_K / Q5_K block from its header words (numerics.md §3), as packed bytes.
+struct KScales { uint32_t sc_lo, sc_hi, m_lo, m_hi; };
+__device__ __forceinline__ KScales k_scales(const uint4& h) {
+  KScales s;
+  s.sc_lo = h.y & 0x3F3F3F3Fu;
+  s.m_lo = h.z & 0x3F3F3F3Fu;
+  s.sc_hi = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+  s.m_hi = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+  return s;
+}
+__device__ __forceinline__ uint32_t sc_of(const KScales& s, int j) { return byte_of(j < 4 ? s.sc_lo : s.sc_hi, j & 3); }
+__device__ __forceinline__ uint32_t m_of(const KScales& s, int j) { return byte_of(j < 4 ? s.m_lo : s.m_hi, j & 3); }
+
+// float(sum_j m[j] * (bsums[2j] + bsums[2j+1])) exactly (the Q5_K mins term, one chain): bs holds the
+// eight sub-block sums as int16 pairs (prep.cu); the int32 sum starts at kMagicBits.
+__device__ __forceinline__ float k_mins_sum(const uint4& bs, uint32_t m_lo, uint32_t m_hi) {
+  int im = __dp2a_lo(int(bs.x), int(m_lo), kMagicBits);
+  im = __dp2a_hi(int(bs.y), int(m_lo), im);
+  im = __dp2a_lo(int(bs.z), int(m_hi), im);
+  im = __dp2a_hi(int(bs.w), int(m_hi), im);
+  return __fsub_rn(__int_as_float(im), kMagic);
+}
+
 // ---- argmax partials (select::summarize's rules: NaN ranks below every number, lowest id wins) --
 
 __device__ __forceinline__ PartialBest best_empty() { return PartialBest{-__int_as_float(0x7f800000), -1, 0}; }
@@ -109,6 +145,38 @@ __device__ __forceinline__ PartialBest best_shfl_xor(const PartialBest& b, int m
   o.id = __shfl_xor_sync(0xffffffffu, b.id, mask);
   o.count = __shfl_xor_sync(0xffffffffu, b.count, mask);
   return o;
+}
+
+static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* cta_best);
+
+// The block's summary per token: s_best[w][t] holds warp w's (w < nw, t < ntok), merged in warp
+// order; then publish_and_finalize. Every thread of the block calls it.
+static __device__ void merge_warps_and_finalize(const HeadParams& p, const PartialBest (*s_best)[kMaxTokens], int nw,
+                                                int ntok) {
+  __shared__ PartialBest s_cta[kMaxTokens];
+  __syncthreads();
+  if (int(threadIdx.x) < ntok) {
+    PartialBest b = best_empty();
+    for (int w = 0; w < nw; ++w) b = best_merge(b, s_best[w][threadIdx.x]);
+    s_cta[threadIdx.x] = b;
+  }
+  __syncthreads();
+  publish_and_finalize(p, s_cta);
+}
+
+// The same when every lane of a warp holds a partial summary of each of TT tokens.
+template <int TT, int NW>
+__device__ void finish_block(const HeadParams& p, const PartialBest (&best)[TT]) {
+  __shared__ PartialBest s_best[NW][kMaxTokens];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int t = 0; t < TT; ++t) {
+    PartialBest b = best[t];
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
+    if (lane == 0) s_best[warp][t] = b;
+  }
+  merge_warps_and_finalize(p, s_best, NW, TT);
 }
 
 // Every head kernel ends here with its block's summary per token of the pass in cta_best[0..tc).

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/launch.hpp"
 #include "cuda/per_device.hpp"
 #include "cuda/device_common.cuh"
 
@@ -31,20 +32,6 @@ template <TensorType T> constexpr int pitch_of() { return (Geometry<T>::GB / 16)
 template <TensorType T> constexpr int stage_bytes() { return 32 * pitch_of<T>(); }
 
 __device__ __forceinline__ uint4 ldg128(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
-__device__ __forceinline__ uint32_t byte_of(uint32_t w, int b) { return (w >> (8 * b)) & 0xFFu; }
-
-// 6-bit scales and mins of a Q4_K / Q5_K block from its header words (numerics.md §3), as packed bytes.
-struct KScales { uint32_t sc_lo, sc_hi, m_lo, m_hi; };
-__device__ __forceinline__ KScales k_scales(const uint4& h) {
-  KScales s;
-  s.sc_lo = h.y & 0x3F3F3F3Fu;
-  s.m_lo = h.z & 0x3F3F3F3Fu;
-  s.sc_hi = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
-  s.m_hi = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
-  return s;
-}
-__device__ __forceinline__ uint32_t sc_of(const KScales& s, int j) { return byte_of(j < 4 ? s.sc_lo : s.sc_hi, j & 3); }
-__device__ __forceinline__ uint32_t m_of(const KScales& s, int j) { return byte_of(j < 4 ? s.m_lo : s.m_hi, j & 3); }
 
 // Packed levels of one 256-element group: lv[j][k] holds elements 32j + 4k .. 32j + 4k + 3.
 template <TensorType T>
@@ -100,8 +87,7 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
   constexpr bool kIntDot = !FR && (T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K ||
                                    T == TensorType::Q8_0);
   extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ PartialBest s_best[NW][kTC];
-  __shared__ PartialBest s_cta[kMaxTokens];
+  __shared__ PartialBest s_best[NW][kMaxTokens];
   __shared__ int s_item_tile[NW][S];
   __shared__ int s_item_g[NW][S];
 
@@ -360,26 +346,19 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
 
   if (lane == 0)
     for (int tj = 0; tj < kTC; ++tj) s_best[warp][tj] = best[tj];
-  __syncthreads();
-  if (threadIdx.x < kTC) {
-    PartialBest bb = best_empty();
-    for (int w = 0; w < NW; ++w) bb = best_merge(bb, s_best[w][threadIdx.x]);
-    s_cta[threadIdx.x] = bb;
-  }
-  __syncthreads();
-  publish_and_finalize(p, s_cta);
+  merge_warps_and_finalize(p, s_best, NW, kTC);
 }
 
 template <TensorType T, bool FR>
 void launch_typed(const HeadParams& p, int num_sms, bool pdl, cudaStream_t stream) {
-  auto kernel = generic_head_kernel<T, FR, kWarps, kStages>;
+  constexpr auto kernel = generic_head_kernel<T, FR, kWarps, kStages>;
   const size_t smem = size_t(kWarps) * kStages * stage_bytes<T>();
-  // Configured once, on the first (uncaptured) call of the shape.
+  // Configured once per device, on the first (uncaptured) call of the shape.
+  allow_max_dynamic_smem<kernel>();
   static OncePerDevice configured;
   static int per_sm_of[OncePerDevice::kMaxDevices] = {};
   const int device = configured.run([&](int dev) {
     int n = 0;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, smem));
     if (n < 1) throw Error("generic head kernel does not fit on a multiprocessor");
     per_sm_of[dev % OncePerDevice::kMaxDevices] = n > 8 ? 8 : n;  // the partials buffer holds 8 blocks per multiprocessor
@@ -389,17 +368,7 @@ void launch_typed(const HeadParams& p, int num_sms, bool pdl, cudaStream_t strea
   int blocks = num_sms * per_sm;
   const int needed = (ntiles + kWarps - 1) / kWarps;
   if (blocks > needed) blocks = needed;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(kWarps * 32);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  launch_head_kernel<kernel>(dim3(blocks), dim3(kWarps * 32), smem, pdl, stream, p);
 }
 
 }  // namespace

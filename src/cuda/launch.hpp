@@ -11,9 +11,9 @@
 
 namespace lmhead::cuda {
 
+// Raises Kernel's dynamic shared-memory limit on the calling thread's device (once per device).
 template <auto Kernel>
-void launch_head_kernel(dim3 grid, dim3 block, size_t dynamic_smem, bool pdl, cudaStream_t stream,
-                        const HeadParams& p) {
+void allow_max_dynamic_smem() {
   static OncePerDevice configured;
   configured.run([](int device) {
     int optin = 0;
@@ -23,6 +23,12 @@ void launch_head_kernel(dim3 grid, dim3 block, size_t dynamic_smem, bool pdl, cu
     CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     optin - int(attrs.sharedSizeBytes)));
   });
+}
+
+template <auto Kernel>
+void launch_head_kernel(dim3 grid, dim3 block, size_t dynamic_smem, bool pdl, cudaStream_t stream,
+                        const HeadParams& p) {
+  allow_max_dynamic_smem<Kernel>();
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;

@@ -29,13 +29,6 @@ constexpr int kStageChunks = kStageBytes / 16;        // 176
 constexpr int kCopiesPerLane = (kStageChunks + 31) / 32;
 constexpr int kLanesBytes = 32 * kLanesPitch;         // one token's B fragments of one super-block
 
-__device__ __forceinline__ void mma_u8s8_zero(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                              uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
-}
-
 __device__ __forceinline__ uint32_t lds32(const void* p) { return *static_cast<const uint32_t*>(p); }
 
 // [G][TT] floats of y.d are padded to 16 bytes so the arrays after them stay 16-byte aligned.
@@ -47,8 +40,6 @@ size_t smem_bytes(int groups, int tt, int warps, int stages) {
 template <int TT, int NW, int S>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_lanes_kernel(const HeadParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ PartialBest s_best[NW][kMaxTokens];
-  __shared__ PartialBest s_cta[kMaxTokens];
   __shared__ int s_item_tile[NW][S];
   __shared__ int s_item_sb[NW][S];
 
@@ -176,10 +167,11 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_lanes_kernel(const HeadParams 
       const uint4 h = lds128(rb);
       d[r] = f16_exact(h.x);
       dmin[r] = f16_exact(h.x >> 16);
-      mlo[r] = h.z & 0x3F3F3F3Fu;
-      mhi[r] = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
-      sc_lo[r] = h.y & 0x3F3F3F3Fu;
-      sc_hi[r] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+      const KScales ks = k_scales(h);
+      mlo[r] = ks.m_lo;
+      mhi[r] = ks.m_hi;
+      sc_lo[r] = ks.sc_lo;
+      sc_hi[r] = ks.sc_hi;
       qh0[r] = lds32(rb + 16 + 4 * q);
       qh1[r] = lds32(rb + 32 + 4 * q);
 #pragma unroll
@@ -199,11 +191,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_lanes_kernel(const HeadParams 
       for (int r = 0; r < 2; ++r) {
         dq[t][r] = __fmul_rn(yd, d[r]);
         const float dm = __fmul_rn(-yd, dmin[r]);
-        int im = __dp2a_lo(int(bs.x), int(mlo[r]), kMagicBits);
-        im = __dp2a_hi(int(bs.y), int(mlo[r]), im);
-        im = __dp2a_lo(int(bs.z), int(mhi[r]), im);
-        im = __dp2a_hi(int(bs.w), int(mhi[r]), im);
-        summs[t][r] = __fmaf_rn(dm, __fsub_rn(__int_as_float(im), kMagic), summs[t][r]);
+        summs[t][r] = __fmaf_rn(dm, k_mins_sum(bs, mlo[r], mhi[r]), summs[t][r]);
       }
     }
 
@@ -238,8 +226,8 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_lanes_kernel(const HeadParams 
 #pragma unroll
       for (int t = 0; t < TT; ++t) {
         int dd[4];
-        mma_u8s8_zero(dd, w0[0], w0[1], w1[0], w1[1], word_of(bq[t][j >> 1], 2 * (j & 1)),
-                      word_of(bq[t][j >> 1], 2 * (j & 1) + 1));
+        mma_u8s8(dd, w0[0], w0[1], w1[0], w1[1], word_of(bq[t][j >> 1], 2 * (j & 1)),
+                      word_of(bq[t][j >> 1], 2 * (j & 1) + 1), 0);
         // dd[2r + c]: row g + 8r, lane 2q + c.
         isum[t][0][0] += int(sc_g) * dd[0];
         isum[t][0][1] += int(sc_g) * dd[1];
@@ -279,22 +267,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_lanes_kernel(const HeadParams 
     slot = slot + 1 == S ? 0 : slot + 1;
   }
   cp_async_wait_all();
-
-#pragma unroll
-  for (int t = 0; t < TT; ++t) {
-    PartialBest b = best[t];
-#pragma unroll
-    for (int m = 1; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
-    if (lane == 0) s_best[warp][t] = b;
-  }
-  __syncthreads();
-  if (threadIdx.x < TT) {
-    PartialBest b = best_empty();
-    for (int w = 0; w < NW; ++w) b = best_merge(b, s_best[w][threadIdx.x]);
-    s_cta[threadIdx.x] = b;
-  }
-  __syncthreads();
-  publish_and_finalize(p, s_cta);
+  finish_block<TT, NW>(p, best);
 }
 
 template <int TT, int NW, int S>

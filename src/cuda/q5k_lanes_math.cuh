@@ -15,13 +15,6 @@ namespace lanes_math {
 constexpr int kTileRows = 16;
 constexpr int kZeroWords = 16;  // the B pairs of the threads that hold no lane
 
-__device__ __forceinline__ void mma_lanes(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
-}
-
 
 // d and dmin: the hardware conversion is exact for every non-NaN half; a NaN scale makes the
 // product below a NaN, and the GPU's arithmetic returns its canonical NaN whatever the payload,
@@ -126,10 +119,10 @@ __device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<
   for (int r = 0; r < 2; ++r) {
     const uint4 h = it.h[r];
     const float d = f16_scale(h.x), dmin = f16_scale(h.x >> 16);
-    const uint32_t mlo = h.z & 0x3F3F3F3Fu;
-    const uint32_t mhi = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
-    sc_lo[r] = h.y & 0x3F3F3F3Fu;
-    sc_hi[r] = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+    const KScales ks = k_scales(h);
+    const uint32_t mlo = ks.m_lo, mhi = ks.m_hi;
+    sc_lo[r] = ks.sc_lo;
+    sc_hi[r] = ks.sc_hi;
 #pragma unroll
     for (int t = 0; t < TT; ++t) {
       const float yd = a.yd[sb * TT + t];
@@ -143,11 +136,7 @@ __device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<
         out.fim[t][r][2] = __fsub_rn(__int_as_float(__dp2a_lo(int(bs.z), int(mhi), kMagicBits)), kMagic);
         out.fim[t][r][3] = __fsub_rn(__int_as_float(__dp2a_hi(int(bs.w), int(mhi), kMagicBits)), kMagic);
       } else {
-        int im = __dp2a_lo(int(bs.x), int(mlo), kMagicBits);
-        im = __dp2a_hi(int(bs.y), int(mlo), im);
-        im = __dp2a_lo(int(bs.z), int(mhi), im);
-        im = __dp2a_hi(int(bs.w), int(mhi), im);
-        out.fim[t][r][0] = __fsub_rn(__int_as_float(im), kMagic);
+        out.fim[t][r][0] = k_mins_sum(bs, mlo, mhi);
       }
     }
   }
@@ -194,7 +183,8 @@ __device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<
 #pragma unroll
     for (int t = 0; t < TT; ++t) {
       int dd[4];
-      mma_lanes(dd, wq[0], wq[1], wq4[0], wq4[1], word_of(bp[t][j >> 1], 2 * (j & 1)), word_of(bp[t][j >> 1], 2 * (j & 1) + 1));
+      mma_u8s8(dd, wq[0], wq[1], wq4[0], wq4[1], word_of(bp[t][j >> 1], 2 * (j & 1)), word_of(bp[t][j >> 1], 2 * (j & 1) + 1),
+               0);
       isum[t][0][0] += s0 * dd[0];
       isum[t][0][1] += s0 * dd[1];
       isum[t][1][0] += s1 * dd[2];
@@ -249,29 +239,6 @@ __device__ __forceinline__ void finish_tile(const HeadParams& p, int tile, int l
       for (int i = 0; i < kMinLanes<kQ4>; ++i) summs[t][r][i] = 0.0f;
       acc[t][r][0] = acc[t][r][1] = 0.0f;
     }
-}
-
-// The block's argmax per token from its warps', then publish_and_finalize (every thread calls it).
-template <int TT, int NW>
-__device__ void finish_block(const HeadParams& p, const PartialBest (&best)[TT]) {
-  __shared__ PartialBest s_best[NW][kMaxTokens];
-  __shared__ PartialBest s_cta[kMaxTokens];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-  for (int t = 0; t < TT; ++t) {
-    PartialBest b = best[t];
-#pragma unroll
-    for (int m = 1; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
-    if (lane == 0) s_best[warp][t] = b;
-  }
-  __syncthreads();
-  if (threadIdx.x < TT) {
-    PartialBest b = best_empty();
-    for (int w = 0; w < NW; ++w) b = best_merge(b, s_best[w][threadIdx.x]);
-    s_cta[threadIdx.x] = b;
-  }
-  __syncthreads();
-  publish_and_finalize(p, s_cta);
 }
 
 }  // namespace lanes_math

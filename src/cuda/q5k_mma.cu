@@ -32,13 +32,6 @@ constexpr int kStageBytes = kTileRows * kBlockBytes;  // 2816: one super-block o
 constexpr int kStageChunks = kStageBytes / 16;        // 176
 constexpr int kCopiesPerLane = (kStageChunks + 31) / 32;  // 6
 
-__device__ __forceinline__ void mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(kMagicBits));
-}
-
 size_t act_smem_bytes(int groups, int mt) {
   return size_t(groups) * size_t(8 * mt) * (kFragPitch + 4 + 16);
 }
@@ -58,8 +51,9 @@ __device__ __forceinline__ RowHeader row_header(const uint4& h, int q) {
   RowHeader r;
   r.d = f16_exact(h.x);
   r.dmin = f16_exact(h.x >> 16);
-  r.mlo = h.z & 0x3F3F3F3Fu;
-  r.mhi = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+  const KScales ks = k_scales(h);
+  r.mlo = ks.m_lo;
+  r.mhi = ks.m_hi;
   const uint32_t scales_q = (h.y >> (8 * q)) & 0xFFu;                            // scales[q]
   const uint32_t sc_a = scales_q & 63u;                                          // sc[q]
   const uint32_t sc_b = ((h.w >> (8 * q)) & 0x0Fu) | ((scales_q >> 2) & 0x30u);  // sc[q + 4]
@@ -78,7 +72,6 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
   constexpr int TS = 8 * MT;  // token slots in shared memory
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ PartialBest s_best[NW][kMaxTokens];
-  __shared__ PartialBest s_cta[kMaxTokens];
   __shared__ int s_item_tile[NW][S];
   __shared__ int s_item_sb[NW][S];
 
@@ -237,11 +230,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
         for (int rr = 0; rr < 2; ++rr) {
           dq[nt][c][rr] = __fmul_rn(yd, rh[rr].d);
           const float dm = __fmul_rn(-yd, rh[rr].dmin);
-          int im = __dp2a_lo(int(bs.x), int(rh[rr].mlo), kMagicBits);
-          im = __dp2a_hi(int(bs.y), int(rh[rr].mlo), im);
-          im = __dp2a_lo(int(bs.z), int(rh[rr].mhi), im);
-          im = __dp2a_hi(int(bs.w), int(rh[rr].mhi), im);
-          summs[nt][c][rr] = __fmaf_rn(dm, __fsub_rn(__int_as_float(im), kMagic), summs[nt][c][rr]);
+          summs[nt][c][rr] = __fmaf_rn(dm, k_mins_sum(bs, rh[rr].mlo, rh[rr].mhi), summs[nt][c][rr]);
         }
       }
 
@@ -271,8 +260,8 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
       for (int nt = 0; nt < MT; ++nt) {
         const uint32_t b0 = word_of(bq[nt][k >> 1], 2 * (k & 1)), b1 = word_of(bq[nt][k >> 1], 2 * (k & 1) + 1);
         int d1[4], d0[4];
-        mma_u8s8(d1, a1_0, a1_1, a1_2, a1_3, b0, b1);
-        mma_u8s8(d0, a0_0, a0_1, a0_2, a0_3, b0, b1);
+        mma_u8s8(d1, a1_0, a1_1, a1_2, a1_3, b0, b1, kMagicBits);
+        mma_u8s8(d0, a0_0, a0_1, a0_2, a0_3, b0, b1, kMagicBits);
         // d[2 rr + c]: row g + 8 rr, token 2q + c.
 #pragma unroll
         for (int c = 0; c < CT; ++c)
@@ -327,14 +316,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
 #pragma unroll
     for (int nt = 0; nt < MT; ++nt) s_best[warp][2 * q + 1 + 8 * nt] = best_empty();
   }
-  __syncthreads();
-  if (threadIdx.x < TS) {
-    PartialBest b = best_empty();
-    for (int w = 0; w < NW; ++w) b = best_merge(b, s_best[w][threadIdx.x]);
-    s_cta[threadIdx.x] = b;
-  }
-  __syncthreads();
-  publish_and_finalize(p, s_cta);
+  merge_warps_and_finalize(p, s_best, NW, TS);
 }
 
 template <int MT, int CT, int NW, int S>

@@ -34,8 +34,6 @@ namespace {
 
 using namespace lanes_math;
 
-// Weights are read once: no L1 allocation. The header goes through L1, because the even block's
-// header load brings in the 32-byte sector that the odd block's header load reads next.
 // D register buffers per warp: while one item is computed, D - 1 are in flight. kQ4: a Q4_K head
 // (stream::transcode_tile_q4k), the same lane structure with 4-bit levels and four min lanes.
 template <int TT, int NW, int D, bool kQ4>
@@ -47,29 +45,19 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
   const ActSmem<TT> act(smem, G);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int ntiles = (p.vocab + kTileRows - 1) / kTileRows;
   const int total_warps = gridDim.x * NW;
   const uint8_t* weights = p.stream_weights;
 
-  // The load cursor runs D items ahead of the computation. Tiles: two static ones per warp, then a
-  // dynamic hand-out fetched a whole tile ahead.
-  int load_tile = blockIdx.x * NW + warp, load_sb = 0;
-  int next_tile = load_tile + total_warps;
-  int pending = 0;
-  if (lane == 0) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
+  // The load cursor runs D items ahead of the computation.
+  ItemWalk walk(p, blockIdx.x * NW + warp, total_warps, lane);
   Item buf[D];
   int buf_tile[D], buf_sb[D];
   auto load_next = [&](int d) {
-    buf_tile[d] = load_tile;
-    buf_sb[d] = load_sb;
-    if (load_tile >= ntiles) return;
-    load_item<kQ4>(buf[d], weights + (int64_t(load_tile) * G + load_sb) * kItemBytes, lane);
-    if (++load_sb == G) {
-      load_sb = 0;
-      load_tile = next_tile;
-      next_tile = __shfl_sync(0xffffffffu, pending, 0);
-      if (lane == 0 && next_tile < ntiles) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
-    }
+    buf_tile[d] = walk.tile;
+    buf_sb[d] = walk.sb;
+    if (walk.done()) return;
+    load_item<kQ4>(buf[d], weights + (int64_t(walk.tile) * G + walk.sb) * kItemBytes, lane);
+    walk.step(p, lane);
   };
 #pragma unroll
   for (int d = 0; d < D; ++d) load_next(d);
@@ -93,12 +81,12 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams
     }
   }
 
-  bool more = buf_tile[0] < ntiles;
+  bool more = buf_tile[0] < walk.ntiles;
   while (more) {
 #pragma unroll
     for (int d = 0; d < D; ++d) {
       const int tile = buf_tile[d], sb = buf_sb[d];
-      if (tile >= ntiles) { more = false; break; }
+      if (tile >= walk.ntiles) { more = false; break; }
       compute_item<TT, kQ4>(buf[d], sb, act, act_off, acc, summs);
       load_next(d);
       if (sb == G - 1) finish_tile<TT, kQ4>(p, tile, lane, acc, summs, best);

@@ -30,13 +30,6 @@ namespace {
 constexpr int kTileRows = 16;
 constexpr int kTokenWords = 80;  // one token's 64 words of one super-block, padded for the banks
 
-__device__ __forceinline__ void mma_magic(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(kMagicBits));
-}
-
 // Shared memory: [G][TTOT][kTokenWords] B runs, then [G][TTOT] sub-block sum pairs and y.d.
 size_t smem_bytes(int groups, int ttot) {
   const size_t items = size_t(groups) * ttot;
@@ -61,12 +54,9 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
     const uint4 h = it.h[r];
     const float d = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFFu)));
     const float dmin = __half2float(__ushort_as_half(uint16_t(h.x >> 16)));
-    const uint32_t mlo = h.z & 0x3F3F3F3Fu;
-    const uint32_t mhi = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
-    const uint32_t sc_lo = h.y & 0x3F3F3F3Fu;
-    const uint32_t sc_hi = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
-    const uint32_t sca = __byte_perm(sc_lo, 0u, 0x4440u | unsigned(q));
-    const uint32_t scb = __byte_perm(sc_hi, 0u, 0x4440u | unsigned(q));
+    const KScales ks = k_scales(h);
+    const uint32_t sca = __byte_perm(ks.sc_lo, 0u, 0x4440u | unsigned(q));
+    const uint32_t scb = __byte_perm(ks.sc_hi, 0u, 0x4440u | unsigned(q));
     s0a[r] = sca & 7u;
     s1a[r] = sca >> 3;
     s0b[r] = scb & 7u;
@@ -80,11 +70,7 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
         const uint4 bs = s_bsp[sb * TTOT + tok];
         dq[nt][c][r] = __fmul_rn(yd, d);
         const float dm = __fmul_rn(-yd, dmin);
-        int im = __dp2a_lo(int(bs.x), int(mlo), kMagicBits);
-        im = __dp2a_hi(int(bs.y), int(mlo), im);
-        im = __dp2a_lo(int(bs.z), int(mhi), im);
-        im = __dp2a_hi(int(bs.w), int(mhi), im);
-        a.summs[nt][c][r] = __fmaf_rn(dm, __fsub_rn(__int_as_float(im), kMagic), a.summs[nt][c][r]);
+        a.summs[nt][c][r] = __fmaf_rn(dm, k_mins_sum(bs, ks.m_lo, ks.m_hi), a.summs[nt][c][r]);
       }
   }
 
@@ -119,8 +105,8 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
     for (int nt = 0; nt < NT; ++nt) {
       const uint32_t b0 = word_of(bq[nt][k >> 1], 2 * (k & 1)), b1 = word_of(bq[nt][k >> 1], 2 * (k & 1) + 1);
       int d1[4], d0[4];
-      mma_magic(d1, a1_0, a1_1, a1_2, a1_3, b0, b1);
-      mma_magic(d0, a0_0, a0_1, a0_2, a0_3, b0, b1);
+      mma_u8s8(d1, a1_0, a1_1, a1_2, a1_3, b0, b1, kMagicBits);
+      mma_u8s8(d0, a0_0, a0_1, a0_2, a0_3, b0, b1, kMagicBits);
       // d[2r + c]: row g + 8r, token 8 nt + 2q + c.
 #pragma unroll
       for (int c = 0; c < 2; ++c)
@@ -139,7 +125,6 @@ template <int NT, int NW>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ PartialBest s_best[NW][kMaxTokens];
-  __shared__ PartialBest s_cta[kMaxTokens];
   constexpr int TTOT = 8 * NT;
 
   const int G = p.groups, V = p.vocab;
@@ -150,27 +135,18 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, q = lane & 3;
-  const int ntiles = (V + kTileRows - 1) / kTileRows;
   const int total_warps = gridDim.x * NW;
   const uint8_t* weights = p.stream_n_weights;
 
-  int load_tile = blockIdx.x * NW + warp, load_sb = 0;
-  int next_tile = load_tile + total_warps;
-  int pending = 0;
-  if (lane == 0) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
+  ItemWalk walk(p, blockIdx.x * NW + warp, total_warps, lane);
   Item buf[2];
   int buf_tile[2], buf_sb[2];
   auto load_next = [&](int d) {
-    buf_tile[d] = load_tile;
-    buf_sb[d] = load_sb;
-    if (load_tile >= ntiles) return;
-    load_item<false>(buf[d], weights + (int64_t(load_tile) * G + load_sb) * stream::kItemBytes, lane);
-    if (++load_sb == G) {
-      load_sb = 0;
-      load_tile = next_tile;
-      next_tile = __shfl_sync(0xffffffffu, pending, 0);
-      if (lane == 0 && next_tile < ntiles) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
-    }
+    buf_tile[d] = walk.tile;
+    buf_sb[d] = walk.sb;
+    if (walk.done()) return;
+    load_item<false>(buf[d], weights + (int64_t(walk.tile) * G + walk.sb) * stream::kItemBytes, lane);
+    walk.step(p, lane);
   };
   load_next(0);
   load_next(1);
@@ -215,12 +191,12 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
       }
     }
 
-  bool more = buf_tile[0] < ntiles;
+  bool more = buf_tile[0] < walk.ntiles;
   while (more) {
 #pragma unroll
     for (int d = 0; d < 2; ++d) {
       const int tile = buf_tile[d], sb = buf_sb[d];
-      if (tile >= ntiles) { more = false; break; }
+      if (tile >= walk.ntiles) { more = false; break; }
       compute_item<NT>(buf[d], sb, s_act, s_bsp, s_yd, lane, a);
       load_next(d);
       if (sb == G - 1) {
@@ -257,14 +233,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
       for (int m = 4; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
       if (g == 0) s_best[warp][8 * nt + 2 * q + c] = b;
     }
-  __syncthreads();
-  if (threadIdx.x < p.T) {
-    PartialBest b = best_empty();
-    for (int w = 0; w < NW; ++w) b = best_merge(b, s_best[w][threadIdx.x]);
-    s_cta[threadIdx.x] = b;
-  }
-  __syncthreads();
-  publish_and_finalize(p, s_cta);
+  merge_warps_and_finalize(p, s_best, NW, p.T);
 }
 
 template <int NT, int NW>

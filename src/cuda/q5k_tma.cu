@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p)
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
   const int G = p.groups;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, q = lane & 3;
+  const int g = lane >> 2;
   const int V = p.vocab;
   const int ntiles = (V + kTileRows - 1) / kTileRows;
   const int total_warps = gridDim.x * NW;

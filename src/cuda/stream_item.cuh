@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/kernels.hpp"
 #include "cuda/stream_layout.hpp"
 
 namespace lmhead::cuda {
@@ -52,5 +53,26 @@ __device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lan
     }
   }
 }
+
+// A warp's walk over the items (tile, super-block) of a head: two static tiles per warp, then tiles
+// from p.tile_counter, each fetched a whole tile before it is needed (the last block's finalize
+// resets the counter). The whole warp steps together.
+struct ItemWalk {
+  int tile, sb = 0, next_tile, pending = 0;
+  int ntiles, total_warps;
+  __device__ ItemWalk(const HeadParams& p, int warp_index, int total_warps_, int lane)
+      : tile(warp_index), next_tile(warp_index + total_warps_), ntiles((p.vocab + stream::kTileRows - 1) / stream::kTileRows),
+        total_warps(total_warps_) {
+    if (lane == 0) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
+  }
+  __device__ bool done() const { return tile >= ntiles; }
+  __device__ void step(const HeadParams& p, int lane) {
+    if (++sb < p.groups) return;
+    sb = 0;
+    tile = next_tile;
+    next_tile = __shfl_sync(0xffffffffu, pending, 0);
+    if (lane == 0 && next_tile < ntiles) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
+  }
+};
 
 }  // namespace lmhead::cuda

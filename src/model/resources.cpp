@@ -9,6 +9,16 @@
 #include "lmhead/lmhead.hpp"
 
 namespace lmhead {
+
+std::string with_commas(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 namespace {
 
 constexpr int64_t kTokensPerPass = 16;  // the engine's pass size (engine.cpp)
@@ -34,15 +44,6 @@ bool leading_number(std::string_view s, uint64_t& value, size_t& end) {
   }
   end = i;
   return i > first;
-}
-
-std::string with_commas(uint64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
 }
 
 std::string gib(uint64_t bytes) {
