@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/stream_layout.hpp"
+#include "quant/blocks.hpp"
 
 namespace lmhead {
 namespace {
@@ -134,6 +135,102 @@ TEST(CudaStreamLayout, Q4KReadsRecoverEveryLevel) {
                       << "groups " << groups << " item " << sb << " row " << row << " element " << e;
                 }
               }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaStreamLayout, Q6KPackedWordsRoundTrip) {
+  std::mt19937_64 rng(13);
+  for (int rep = 0; rep < 20000; ++rep) {
+    uint32_t a[16], w[12];
+    for (auto& x : a) x = uint32_t(rng()) & 0x3F3F3F3Fu;
+    if (rep == 0) for (auto& x : a) x = 0x3F3F3F3Fu;
+    st::pack_q6_levels(a, w);
+    for (int i = 0; i < 16; ++i) ASSERT_EQ(st::q6_level_word(w, i), a[i]) << "word " << i << " rep " << rep;
+  }
+}
+
+// Reading a Q6_K item as q6k_stream.cu does gives quant::q6k_level + 32 of every element, the
+// file's scales and d, and zeros past the vocabulary.
+TEST(CudaStreamLayout, Q6KReadsRecoverEveryLevel) {
+  std::mt19937_64 rng(17);
+  EXPECT_EQ(st::q6_bytes(202048, 26), uint64_t(202048) * 26 * 210);
+  for (int groups : {1, 3}) {
+    for (int present : {16, 7}) {
+      std::vector<uint8_t> file(size_t(present) * groups * st::kQ6BlockBytes);
+      for (auto& b : file) b = uint8_t(rng());
+      const uint8_t* rows[st::kTileRows] = {};
+      for (int i = 0; i < present; ++i) rows[i] = file.data() + size_t(i) * groups * st::kQ6BlockBytes;
+      std::vector<uint8_t> out(size_t(groups) * st::kQ6ItemBytes, 0xEE);
+      st::transcode_tile_q6k(rows, groups, out.data());
+      for (int sb = 0; sb < groups; ++sb) {
+        const uint8_t* item = out.data() + size_t(sb) * st::kQ6ItemBytes;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, q = lane % 4;
+          uint16_t d_pair[2];
+          std::memcpy(d_pair, item + st::kQ6D + 4 * g, 4);
+          for (int r = 0; r < 2; ++r) {
+            const int row = g + 8 * r;
+            uint32_t words[12];
+            for (int s = 0; s < 3; ++s) std::memcpy(words + 4 * s, item + 1024 * s + 512 * r + 16 * lane, 16);
+            const uint8_t* block = rows[row] ? rows[row] + sb * st::kQ6BlockBytes : nullptr;
+            quant::block_q6_K b{};
+            if (block) std::memcpy(&b, block, sizeof b);
+            EXPECT_EQ(std::memcmp(item + st::kQ6Scales + 16 * row, b.scales, 16), 0) << "scales of row " << row;
+            EXPECT_EQ(d_pair[r], b.d) << "d of row " << row;
+            for (int a = 0; a < 16; ++a) {
+              const int j = a / 2, k = q + 4 * (a % 2);
+              const uint32_t w = st::q6_level_word(words, a);
+              for (int byte = 0; byte < 4; ++byte) {
+                const int e = 32 * j + 4 * k + byte;
+                ASSERT_EQ(int((w >> (8 * byte)) & 0xFF), block ? quant::q6k_level(b, e) + 32 : 0)
+                    << "groups " << groups << " item " << sb << " row " << row << " element " << e;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Reading a Q8_0 item as q8_0_stream.cu does gives every quant and d of the file's blocks.
+TEST(CudaStreamLayout, Q80ReadsRecoverEveryQuant) {
+  std::mt19937_64 rng(19);
+  EXPECT_EQ(st::q8_0_bytes(202048, 26), uint64_t(202048) * 208 * 34);
+  for (int groups : {1, 2}) {
+    for (int present : {16, 3}) {
+      const int blocks = 8 * groups;
+      std::vector<uint8_t> file(size_t(present) * blocks * st::kQ80FileBlockBytes);
+      for (auto& b : file) b = uint8_t(rng());
+      const uint8_t* rows[st::kTileRows] = {};
+      for (int i = 0; i < present; ++i) rows[i] = file.data() + size_t(i) * blocks * st::kQ80FileBlockBytes;
+      std::vector<uint8_t> out(size_t(groups) * st::kQ80ItemBytes, 0xEE);
+      st::transcode_tile_q8_0(rows, groups, out.data());
+      for (int sb = 0; sb < groups; ++sb) {
+        const uint8_t* item = out.data() + size_t(sb) * st::kQ80ItemBytes;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, q = lane % 4;
+          for (int r = 0; r < 2; ++r) {
+            const int row = g + 8 * r;
+            uint32_t words[16];
+            for (int s = 0; s < 4; ++s) std::memcpy(words + 4 * s, item + 1024 * s + 512 * r + 16 * lane, 16);
+            for (int j = 0; j < 8; ++j) {
+              quant::block_q8_0 b{};
+              if (rows[row]) std::memcpy(&b, rows[row] + size_t(8 * sb + j) * st::kQ80FileBlockBytes, sizeof b);
+              uint16_t d;
+              std::memcpy(&d, item + st::kQ80D + 16 * row + 2 * j, 2);
+              EXPECT_EQ(d, b.d) << "d of row " << row << " block " << j;
+              for (int h = 0; h < 2; ++h)
+                for (int byte = 0; byte < 4; ++byte) {
+                  const int e = 4 * (q + 4 * h) + byte;
+                  ASSERT_EQ(int8_t((words[2 * j + h] >> (8 * byte)) & 0xFF), b.qs[e])
+                      << "groups " << groups << " item " << sb << " row " << row << " block " << j << " quant " << e;
+                }
             }
           }
         }

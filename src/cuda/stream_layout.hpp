@@ -1,6 +1,7 @@
 #pragma once
-// The Q5_K "stream" layout of the head on the device (read by q5k_stream.cu and q5k_tma.cu): the
-// rows are cut into tiles of 16, and each tile's super-block sb (16 rows x 176 bytes) is one
+// The "stream" layouts of the head on the device (Q5_K here; Q4_K, Q6_K and Q8_0 at the end), read
+// by the register stream kernels (q5k_stream.cu, q5k_stream_n.cu, q6k_stream.cu, q8_0_stream.cu)
+// and q5k_tma.cu: the rows are cut into tiles of 16, and each tile's super-block sb (16 rows x 176 bytes) is one
 // contiguous 2,816-byte item, items in (tile, sb) order. Inside an item the words are ordered by
 // the thread that reads them, so every warp load is one contiguous run (whole 128-byte lines in
 // global memory, no bank conflicts in shared memory) and a whole item is one bulk copy.
@@ -152,6 +153,112 @@ inline void transcode_tile_q4k(const uint8_t* const (&rows)[kTileRows], int grou
         std::memcpy(item + kQ4W47 + 512 * r + 16 * lane, w + 4, 16);
       }
       std::memcpy(item + kQ4Header + 16 * row, in, 16);
+    }
+  }
+}
+
+// Q6_K (210-byte blocks: ql [0, 128), qh [128, 192), 16 signed scales [192, 208), f16 d [208, 210))
+// in the lanes split. The operands are the unsigned levels u = q6 + 32 (0..63; the kernel starts
+// each MMA's accumulators at -32 times the lane's q8 sum, so D is the signed sum). A thread's
+// sixteen operand words per row (a = 2j + h: lane q + 4h of 32-element chunk j) take 384 bits,
+// stored as twelve words: W0..W11 carry A(0)..A(11) in bits 0-5 of each byte (one AND each);
+// A(12 + m) is split two bits at a time over the spare bits 6-7 of W(3m), W(3m + 1), W(3m + 2).
+// Item sections (3,360 bytes, the file's 16 x 210):
+//   W0..W3  [r][lane] 16 B at    0 + 512 r + 16 lane
+//   W4..W7  [r][lane] 16 B at 1024 + 512 r + 16 lane
+//   W8..W11 [r][lane] 16 B at 2048 + 512 r + 16 lane
+//   scales  [row]     16 B at 3072 + 16 row, as in the file
+//   d       [g]        4 B at 3328 + 4 g: the f16 d of rows g and g + 8 (one load per thread)
+constexpr int kQ6BlockBytes = 210;
+constexpr int kQ6ItemBytes = kTileRows * kQ6BlockBytes;  // 3360
+constexpr int kQ6Scales = 3072, kQ6D = 3328;
+constexpr int kQ6FileQh = 128, kQ6FileScales = 192, kQ6FileD = 208;
+
+LMHEAD_STREAM_FN uint32_t q6_level_word(const uint32_t (&w)[12], int a) {
+  if (a < 12) return w[a] & 0x3F3F3F3Fu;
+  const int m = a - 12;
+  return ((w[3 * m] >> 6) & 0x03030303u) | ((w[3 * m + 1] >> 4) & 0x0C0C0C0Cu) | ((w[3 * m + 2] >> 2) & 0x30303030u);
+}
+
+inline void pack_q6_levels(const uint32_t (&a)[16], uint32_t (&w)[12]) {
+  for (int i = 0; i < 12; ++i) w[i] = a[i];
+  for (int m = 0; m < 4; ++m)
+    for (int byte = 0; byte < 4; ++byte) {
+      const uint32_t v = (a[12 + m] >> (8 * byte)) & 0x3Fu;
+      for (int part = 0; part < 3; ++part) w[3 * m + part] |= ((v >> (2 * part)) & 3u) << (8 * byte + 6);
+    }
+}
+
+// The unsigned level (0..63) of element e of a file Q6_K block (numerics.md §3).
+inline uint32_t q6_file_level(const uint8_t* block, int e) {
+  const int n = e / 128, c = (e % 128) / 32, l = e % 32;
+  const uint8_t low_byte = block[64 * n + 32 * (c & 1) + l];
+  const uint32_t low = c < 2 ? (low_byte & 0x0Fu) : (low_byte >> 4);
+  return low | (((uint32_t(block[kQ6FileQh + 32 * n + l]) >> (2 * c)) & 3u) << 4);
+}
+
+inline uint64_t q6_bytes(int64_t vocab, int groups) {
+  return uint64_t(tiles(vocab)) * uint64_t(groups) * kQ6ItemBytes;
+}
+
+inline void transcode_tile_q6k(const uint8_t* const (&rows)[kTileRows], int groups, uint8_t* dst) {
+  std::memset(dst, 0, size_t(groups) * kQ6ItemBytes);
+  for (int sb = 0; sb < groups; ++sb) {
+    uint8_t* item = dst + size_t(sb) * kQ6ItemBytes;
+    for (int row = 0; row < kTileRows; ++row) {
+      if (rows[row] == nullptr) continue;
+      const uint8_t* in = rows[row] + size_t(sb) * kQ6BlockBytes;
+      const int g = row % 8, r = row / 8;
+      for (int q = 0; q < 4; ++q) {
+        const int lane = 4 * g + q;
+        uint32_t a[16], w[12];
+        for (int j = 0; j < 8; ++j)
+          for (int h = 0; h < 2; ++h) {
+            const int k = q + 4 * h;
+            uint32_t word = 0;
+            for (int b = 0; b < 4; ++b) word |= q6_file_level(in, 32 * j + 4 * k + b) << (8 * b);
+            a[2 * j + h] = word;
+          }
+        pack_q6_levels(a, w);
+        for (int s = 0; s < 3; ++s) std::memcpy(item + 1024 * s + 512 * r + 16 * lane, w + 4 * s, 16);
+      }
+      std::memcpy(item + kQ6Scales + 16 * row, in + kQ6FileScales, 16);
+      std::memcpy(item + kQ6D + 4 * g + 2 * r, in + kQ6FileD, 2);
+    }
+  }
+}
+
+// Q8_0 (34-byte blocks: f16 d, then 32 signed quants) in the lanes split, eight blocks (256
+// elements) per item: block j is the "sub-block" j, and a thread's sixteen operand words per row
+// (a = 2j + h: quants 4k .. 4k + 3 of block j, k = q + 4h) are stored as they are. Hidden sizes
+// that are not a multiple of 256 keep the generic kernel. Item sections (4,352 bytes, 16 x 8 x 34):
+//   W(4s) .. W(4s + 3) [r][lane] 16 B at 1024 s + 512 r + 16 lane (s = 0..3)
+//   d [row] 16 B at 4096 + 16 row: the eight blocks' f16 d
+constexpr int kQ80FileBlockBytes = 34;
+constexpr int kQ80ItemBytes = kTileRows * 8 * kQ80FileBlockBytes;  // 4352
+constexpr int kQ80D = 4096;
+
+inline uint64_t q8_0_bytes(int64_t vocab, int groups) {
+  return uint64_t(tiles(vocab)) * uint64_t(groups) * kQ80ItemBytes;
+}
+
+// rows[i]: file row i of the tile (groups * 8 Q8_0 blocks) or nullptr past the vocabulary.
+inline void transcode_tile_q8_0(const uint8_t* const (&rows)[kTileRows], int groups, uint8_t* dst) {
+  std::memset(dst, 0, size_t(groups) * kQ80ItemBytes);
+  for (int sb = 0; sb < groups; ++sb) {
+    uint8_t* item = dst + size_t(sb) * kQ80ItemBytes;
+    for (int row = 0; row < kTileRows; ++row) {
+      if (rows[row] == nullptr) continue;
+      const uint8_t* in = rows[row] + size_t(sb) * 8 * kQ80FileBlockBytes;
+      const int g = row % 8, r = row / 8;
+      for (int q = 0; q < 4; ++q) {
+        const int lane = 4 * g + q;
+        uint32_t w[16];
+        for (int j = 0; j < 8; ++j)
+          for (int h = 0; h < 2; ++h) std::memcpy(&w[2 * j + h], in + kQ80FileBlockBytes * j + 2 + 4 * (q + 4 * h), 4);
+        for (int s = 0; s < 4; ++s) std::memcpy(item + 1024 * s + 512 * r + 16 * lane, w + 4 * s, 16);
+      }
+      for (int j = 0; j < 8; ++j) std::memcpy(item + kQ80D + 16 * row + 2 * j, in + kQ80FileBlockBytes * j, 2);
     }
   }
 }
