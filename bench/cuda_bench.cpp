@@ -98,7 +98,10 @@ struct Timing {
   std::vector<StageTime> stages;
 };
 
-Timing time_forward(Backend& b, int T, int runs, const ForwardRequest& req) {
+// The tuning's stage_events decides whether the stages are timed apart.
+Timing time_forward(Backend& b, int T, int runs, const ForwardRequest& request) {
+  ForwardRequest req = request;
+  req.want_stage_times = true;
   const std::vector<float> hidden = make_hidden(T, 77 + T);
   ForwardOutput out;
   for (int i = 0; i < 5; ++i) b.forward(hidden.data(), T, req, out);
@@ -147,6 +150,7 @@ int profile(const std::string& mode) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  const bool types_only = argc > 1 && std::string(argv[1]) == "--types";  // only the Q4_K / Q6_K / Q8_0 heads
   std::string why;
   if (!cuda_available(&why)) {
     std::printf("no usable GPU: %s\n", why.c_str());
@@ -159,156 +163,176 @@ int main(int argc, char** argv) {
     std::printf("SM clock after the ceiling: %.0f MHz\n", cuda::measure_sm_clock_mhz());
     const int runs = quick ? 20 : 100;
 
-    Head q5 = make_head(TensorType::Q5_K, 1);
-    const double bytes = double(q5.view.vocab) * double(q5.view.row_bytes);
-    auto gpu = make_cuda_backend(q5.view, 1);
-    ForwardRequest req;
-
-    // Full-shape spot check: the tensor-core kernel and the generic kernel agree byte for byte.
-    {
-      ForwardRequest lr;
-      lr.want_logits = true;
-      for (int T : {1, 3, 4, 16}) {
-        const std::vector<float> hidden = make_hidden(T, 5 + T);
-        ForwardOutput a, b;
-        cuda::Tuning t;
-        cuda::set_tuning(*gpu, t);
-        gpu->forward(hidden.data(), T, lr, a);
-        t.use_mma = false;
-        cuda::set_tuning(*gpu, t);
-        gpu->forward(hidden.data(), T, lr, b);
-        size_t diff = 0;
-        for (size_t i = 0; i < a.logits.size(); ++i) diff += std::memcmp(&a.logits[i], &b.logits[i], 4) != 0;
-        std::printf("check T=%d: %s vs generic capped logits: %zu of %zu differ; argmax %d vs %d\n", T,
-                    T <= 4 ? "stream" : "mma", diff, a.logits.size(), a.summaries[0].argmax, b.summaries[0].argmax);
-      }
-    }
-
-    // Tuning sweep.
-    struct Cfg { const char* name; cuda::Tuning t; };
-    std::vector<Cfg> cfgs;
-    auto add = [&](const char* name, int warps, bool events, bool pdl, bool prefetch) {
-      cuda::Tuning t;
-      t.mma_warps = warps; t.stage_events = events; t.pdl = pdl; t.prefetch_l2 = prefetch;
-      cfgs.push_back({name, t});
-    };
-    // "wN" is the tokens-in-N kernel's warps (T > 2); "regsWxD" the register stream kernel (T <= 2)
-    // with W warps and D item buffers per warp (the default: 16 x 2); "tmaWxS" the TMA kernel with W
-    // warps and S stages per warp.
-    auto stream_cfg = [&](const char* name, int warps) {
-      add(name, 12, false, true, false);
-      cfgs.back().t.stream_warps = warps;
-    };
-    auto tma_cfg = [&](const char* name, int ring, int max_tokens) {
-      add(name, 12, false, true, false);
-      cfgs.back().t.stream_tma = true;
-      cfgs.back().t.tma_ring = ring;
-      cfgs.back().t.stream_max_tokens = max_tokens;
-    };
-    add("w12 events", 12, true, false, false);
-    add("w12 pdl", 12, false, true, false);
-    add("w12 pdl staged", 12, false, true, false);
-    cfgs.back().t.stream_kernel = false;
-    cfgs.back().t.stream_n_kernel = false;
-    add("w12 pdl n8", 12, false, true, false);
-    cfgs.back().t.stream_n_warps = 8;
-    add("w12 pdl n16", 12, false, true, false);
-    cfgs.back().t.stream_n_warps = 16;
-    add("w12 pdl n12 T<=1", 12, false, true, false);
-    cfgs.back().t.stream_max_tokens = 1;
-    stream_cfg("w12 pdl regs16x2", 16);
-    stream_cfg("w12 pdl regs12x3", 12);
-    tma_cfg("w12 pdl tma16x4", 0, 2);
-    tma_cfg("w12 pdl tma16x3", 1, 2);
-    int best_cfg = 0;
-    double best_score = 1e30;
-    std::printf("\n-- tuning sweep (Q5_K q8 route, nodes cap, argmax; medians of %d calls) --\n", runs);
-    for (size_t i = 0; i < cfgs.size(); ++i) {
-      try {
-        cuda::set_tuning(*gpu, cfgs[i].t);
-        double score = 0;
-        for (int T : {1, 2, 3, 4, 8, 16}) {
-          const Timing tm = time_forward(*gpu, T, runs, req);
-          std::printf("%-20s T=%-2d wall %.4f ms  gpu %.4f ms  head %.4f ms  ratio(wall) %.3f\n", cfgs[i].name, T,
-                      tm.wall_ms, tm.gpu_ms, tm.head_ms, bytes / (tm.wall_ms * 1e6) / ceiling);
-          score += tm.wall_ms;
-        }
-        std::printf("%-20s SM clock right after: %.0f MHz\n", cfgs[i].name, cuda::measure_sm_clock_mhz());
-        if (score < best_score) { best_score = score; best_cfg = int(i); }
-      } catch (const std::exception& e) {
-        std::printf("%-20s failed: %s\n", cfgs[i].name, e.what());
-      }
-    }
-    {
-      cuda::Tuning t;
-      t.use_mma = false;
-      cuda::set_tuning(*gpu, t);
-      for (int T : {1, 2}) {
-        const Timing tm = time_forward(*gpu, T, runs, req);
-        std::printf("%-20s T=%-2d wall %.4f ms  gpu %.4f ms  head %.4f ms  ratio(wall) %.3f\n", "generic kernel", T,
-                    tm.wall_ms, tm.gpu_ms, tm.head_ms, bytes / (tm.wall_ms * 1e6) / ceiling);
-      }
-    }
-    std::printf("best configuration: %s\n", cfgs[size_t(best_cfg)].name);
-
-    // Main figures with the best configuration, and its stage split with events on.
     struct Row { int T; double wall, gpu, gbps, ratio; std::string kernel; };
     std::vector<Row> rows;
-    std::printf("\n-- Q5_K head, whole tail with argmax, %s --\n", cfgs[size_t(best_cfg)].name);
-    for (int T : {1, 2, 3, 4, 5, 8, 16}) {
-      cuda::set_tuning(*gpu, cfgs[size_t(best_cfg)].t);
-      const Timing tm = time_forward(*gpu, T, runs, req);
-      const double gbps = bytes / (tm.wall_ms * 1e6);
-      const std::string kernel = cuda::last_call(*gpu).kernel;
-      rows.push_back({T, tm.wall_ms, tm.gpu_ms, gbps, gbps / ceiling, kernel});
-      std::printf("ratio %.3f | T=%-2d | %.4f ms (gpu %.4f ms) | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n",
-                  gbps / ceiling, T, tm.wall_ms, tm.gpu_ms, bytes, gbps, ceiling, kernel.c_str());
-      cuda::Tuning ev = cfgs[size_t(best_cfg)].t;
-      ev.stage_events = true;
-      cuda::set_tuning(*gpu, ev);
-      const Timing st = time_forward(*gpu, T, runs, req);
-      std::printf("        stages (events on, wall %.4f ms):", st.wall_ms);
-      for (const StageTime& s : st.stages) std::printf("  %s %.4f ms;", s.label.c_str(), s.ms);
-      std::printf("\n");
-    }
-    {
-      cuda::set_tuning(*gpu, cfgs[size_t(best_cfg)].t);
-      ForwardRequest full;
-      full.top_k = 40;
-      full.logprobs = true;
-      const Timing tm = time_forward(*gpu, 1, runs, full);
-      std::printf("T=1 with top-40 and logprobs: %.4f ms (ratio %.3f)\n", tm.wall_ms, bytes / (tm.wall_ms * 1e6) / ceiling);
-      ForwardRequest fused;
-      fused.softcap = SoftcapRoute::fused;
-      const Timing tf = time_forward(*gpu, 1, runs, fused);
-      std::printf("T=1 fused cap: %.4f ms (ratio %.3f)\n", tf.wall_ms, bytes / (tf.wall_ms * 1e6) / ceiling);
-      ForwardRequest f32;
-      f32.activations = ActivationRoute::f32;
-      for (int T : {1, 4}) {
-        const Timing t32 = time_forward(*gpu, T, runs, f32);
-        std::printf("T=%d f32 route: %.4f ms (ratio %.3f)\n", T, t32.wall_ms, bytes / (t32.wall_ms * 1e6) / ceiling);
+    ForwardRequest req;
+    cuda::Tuning best;  // the sweep's best configuration (stage events off)
+    best.stage_events = false;
+    if (!types_only) {
+      Head q5 = make_head(TensorType::Q5_K, 1);
+      const double bytes = double(q5.view.vocab) * double(q5.view.row_bytes);
+      auto gpu = make_cuda_backend(q5.view, 1);
+
+      // Full-shape spot check: the tensor-core kernel and the generic kernel agree byte for byte.
+      {
+        ForwardRequest lr;
+        lr.want_logits = true;
+        for (int T : {1, 3, 4, 16}) {
+          const std::vector<float> hidden = make_hidden(T, 5 + T);
+          ForwardOutput a, b;
+          cuda::Tuning t;
+          cuda::set_tuning(*gpu, t);
+          gpu->forward(hidden.data(), T, lr, a);
+          t.use_mma = false;
+          cuda::set_tuning(*gpu, t);
+          gpu->forward(hidden.data(), T, lr, b);
+          size_t diff = 0;
+          for (size_t i = 0; i < a.logits.size(); ++i) diff += std::memcmp(&a.logits[i], &b.logits[i], 4) != 0;
+          std::printf("check T=%d: %s vs generic capped logits: %zu of %zu differ; argmax %d vs %d\n", T,
+                      T <= 4 ? "stream" : "mma", diff, a.logits.size(), a.summaries[0].argmax, b.summaries[0].argmax);
+        }
+      }
+
+      // Tuning sweep.
+      struct Cfg { const char* name; cuda::Tuning t; };
+      std::vector<Cfg> cfgs;
+      auto add = [&](const char* name, int warps, bool events, bool pdl, bool prefetch) {
+        cuda::Tuning t;
+        t.mma_warps = warps; t.stage_events = events; t.pdl = pdl; t.prefetch_l2 = prefetch;
+        cfgs.push_back({name, t});
+      };
+      // "wN" is the tokens-in-N kernel's warps (T > 2); "regsWxD" the register stream kernel (T <= 2)
+      // with W warps and D item buffers per warp (the default: 16 x 2); "tmaWxS" the TMA kernel with W
+      // warps and S stages per warp.
+      auto stream_cfg = [&](const char* name, int warps) {
+        add(name, 12, false, true, false);
+        cfgs.back().t.stream_warps = warps;
+      };
+      auto tma_cfg = [&](const char* name, int ring, int max_tokens) {
+        add(name, 12, false, true, false);
+        cfgs.back().t.stream_tma = true;
+        cfgs.back().t.tma_ring = ring;
+        cfgs.back().t.stream_max_tokens = max_tokens;
+      };
+      add("w12 events", 12, true, false, false);
+      add("w12 pdl", 12, false, true, false);
+      add("w12 pdl staged", 12, false, true, false);
+      cfgs.back().t.stream_kernel = false;
+      cfgs.back().t.stream_n_kernel = false;
+      add("w12 pdl n8", 12, false, true, false);
+      cfgs.back().t.stream_n_warps = 8;
+      add("w12 pdl n16", 12, false, true, false);
+      cfgs.back().t.stream_n_warps = 16;
+      add("w12 pdl n12 T<=1", 12, false, true, false);
+      cfgs.back().t.stream_max_tokens = 1;
+      stream_cfg("w12 pdl regs16x2", 16);
+      stream_cfg("w12 pdl regs12x3", 12);
+      tma_cfg("w12 pdl tma16x4", 0, 2);
+      tma_cfg("w12 pdl tma16x3", 1, 2);
+      int best_cfg = 0;
+      double best_score = 1e30;
+      std::printf("\n-- tuning sweep (Q5_K q8 route, nodes cap, argmax; medians of %d calls) --\n", runs);
+      for (size_t i = 0; i < cfgs.size(); ++i) {
+        try {
+          cuda::set_tuning(*gpu, cfgs[i].t);
+          double score = 0;
+          for (int T : {1, 2, 3, 4, 8, 16}) {
+            const Timing tm = time_forward(*gpu, T, runs, req);
+            std::printf("%-20s T=%-2d wall %.4f ms  gpu %.4f ms  head %.4f ms  ratio(wall) %.3f\n", cfgs[i].name, T,
+                        tm.wall_ms, tm.gpu_ms, tm.head_ms, bytes / (tm.wall_ms * 1e6) / ceiling);
+            score += tm.wall_ms;
+          }
+          std::printf("%-20s SM clock right after: %.0f MHz\n", cfgs[i].name, cuda::measure_sm_clock_mhz());
+          if (score < best_score) { best_score = score; best_cfg = int(i); }
+        } catch (const std::exception& e) {
+          std::printf("%-20s failed: %s\n", cfgs[i].name, e.what());
+        }
+      }
+      {
+        cuda::Tuning t;
+        t.use_mma = false;
+        cuda::set_tuning(*gpu, t);
+        for (int T : {1, 2}) {
+          const Timing tm = time_forward(*gpu, T, runs, req);
+          std::printf("%-20s T=%-2d wall %.4f ms  gpu %.4f ms  head %.4f ms  ratio(wall) %.3f\n", "generic kernel", T,
+                      tm.wall_ms, tm.gpu_ms, tm.head_ms, bytes / (tm.wall_ms * 1e6) / ceiling);
+        }
+      }
+      std::printf("best configuration: %s\n", cfgs[size_t(best_cfg)].name);
+
+      best = cfgs[size_t(best_cfg)].t;
+
+      // Main figures with the best configuration, and its stage split with events on.
+      std::printf("\n-- Q5_K head, whole tail with argmax, %s --\n", cfgs[size_t(best_cfg)].name);
+      for (int T : {1, 2, 3, 4, 5, 8, 16}) {
+        cuda::set_tuning(*gpu, cfgs[size_t(best_cfg)].t);
+        const Timing tm = time_forward(*gpu, T, runs, req);
+        const double gbps = bytes / (tm.wall_ms * 1e6);
+        const std::string kernel = cuda::last_call(*gpu).kernel;
+        rows.push_back({T, tm.wall_ms, tm.gpu_ms, gbps, gbps / ceiling, kernel});
+        std::printf("ratio %.3f | T=%-2d | %.4f ms (gpu %.4f ms) | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n",
+                    gbps / ceiling, T, tm.wall_ms, tm.gpu_ms, bytes, gbps, ceiling, kernel.c_str());
+        cuda::Tuning ev = cfgs[size_t(best_cfg)].t;
+        ev.stage_events = true;
+        cuda::set_tuning(*gpu, ev);
+        const Timing st = time_forward(*gpu, T, runs, req);
+        std::printf("        stages (events on, wall %.4f ms):", st.wall_ms);
+        for (const StageTime& s : st.stages) std::printf("  %s %.4f ms;", s.label.c_str(), s.ms);
+        std::printf("\n");
+      }
+      {
+        cuda::set_tuning(*gpu, cfgs[size_t(best_cfg)].t);
+        ForwardRequest full;
+        full.top_k = 40;
+        full.logprobs = true;
+        const Timing tm = time_forward(*gpu, 1, runs, full);
+        std::printf("T=1 with top-40 and logprobs: %.4f ms (ratio %.3f)\n", tm.wall_ms, bytes / (tm.wall_ms * 1e6) / ceiling);
+        ForwardRequest fused;
+        fused.softcap = SoftcapRoute::fused;
+        const Timing tf = time_forward(*gpu, 1, runs, fused);
+        std::printf("T=1 fused cap: %.4f ms (ratio %.3f)\n", tf.wall_ms, bytes / (tf.wall_ms * 1e6) / ceiling);
+        ForwardRequest f32;
+        f32.activations = ActivationRoute::f32;
+        for (int T : {1, 4}) {
+          const Timing t32 = time_forward(*gpu, T, runs, f32);
+          std::printf("T=%d f32 route: %.4f ms (ratio %.3f)\n", T, t32.wall_ms, bytes / (t32.wall_ms * 1e6) / ceiling);
+        }
       }
     }
-    gpu.reset();
-    q5 = Head{};
 
-    struct Other { TensorType type; double wall, ratio, bytes; };
+    // The other head types: their stream kernels (generic where a type has none), checked against
+    // the generic kernel's capped-logit bytes at full shape, then timed without stage events.
+    struct Other { TensorType type; int T; double wall, ratio, bytes; std::string kernel; };
     std::vector<Other> others;
-    if (!quick) {
+    if (!quick || types_only) {
       for (TensorType type : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q8_0}) {
         Head h = make_head(type, 2);
         auto b = make_cuda_backend(h.view, 1);
+        const std::string name(tensor_type_name(type));
         const double ob = double(h.view.vocab) * double(h.view.row_bytes);
-        const Timing tm = time_forward(*b, 1, runs, req);
-        const double gbps = ob / (tm.wall_ms * 1e6);
-        others.push_back({type, tm.wall_ms, gbps / ceiling, ob});
-        std::printf("ratio %.3f | %s T=1 | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n", gbps / ceiling,
-                    std::string(tensor_type_name(type)).c_str(), tm.wall_ms, ob, gbps, ceiling,
-                    cuda::last_call(*b).kernel.c_str());
-        if (type == TensorType::Q4_K) {
-          const Timing t2 = time_forward(*b, 2, runs, req);
-          std::printf("ratio %.3f | %s T=2 | %.4f ms | %s\n", ob / (t2.wall_ms * 1e6) / ceiling,
-                      std::string(tensor_type_name(type)).c_str(), t2.wall_ms, cuda::last_call(*b).kernel.c_str());
+        {
+          ForwardRequest lr = req;
+          lr.want_logits = true;
+          const std::vector<float> hidden = make_hidden(1, 5);
+          ForwardOutput fast, generic;
+          b->forward(hidden.data(), 1, lr, fast);
+          const std::string fast_kernel = cuda::last_call(*b).kernel;
+          cuda::Tuning g;
+          g.stream_kernel = false;
+          cuda::set_tuning(*b, g);
+          b->forward(hidden.data(), 1, lr, generic);
+          size_t diff = 0;
+          for (size_t i = 0; i < fast.logits.size(); ++i) diff += std::memcmp(&fast.logits[i], &generic.logits[i], 4) != 0;
+          std::printf("check %s T=1: %s vs %s capped logits: %zu of %zu differ\n", name.c_str(), fast_kernel.c_str(),
+                      cuda::last_call(*b).kernel.c_str(), diff, fast.logits.size());
+        }
+        cuda::set_tuning(*b, best);
+        for (int T : {1, 2, 4, 8, 16}) {
+          const Timing tm = time_forward(*b, T, runs, req);
+          const double gbps = ob / (tm.wall_ms * 1e6);
+          others.push_back({type, T, tm.wall_ms, gbps / ceiling, ob, cuda::last_call(*b).kernel});
+          std::printf("ratio %.3f | %s T=%-2d | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n", gbps / ceiling,
+                      name.c_str(), T, tm.wall_ms, ob, gbps, ceiling, others.back().kernel.c_str());
         }
       }
     }
@@ -319,8 +343,8 @@ int main(int argc, char** argv) {
       std::printf("| q5_K | %d | %.3f | %.4f | %.4f | %.1f | %.1f | %s |\n", r.T, r.ratio, r.wall, r.gpu, r.gbps, ceiling,
                   r.kernel.c_str());
     for (const Other& o : others)
-      std::printf("| %s | 1 | %.3f | %.4f | | %.1f | %.1f |\n", std::string(tensor_type_name(o.type)).c_str(), o.ratio,
-                  o.wall, o.bytes / (o.wall * 1e6), ceiling);
+      std::printf("| %s | %d | %.3f | %.4f | | %.1f | %.1f | %s |\n", std::string(tensor_type_name(o.type)).c_str(), o.T,
+                  o.ratio, o.wall, o.bytes / (o.wall * 1e6), ceiling, o.kernel.c_str());
     std::printf("ceiling re-measured at the end: %.1f GB/s\n", ceiling_after);
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());

@@ -230,8 +230,10 @@ TEST(CudaBackend, Q5KMmaConfigurationsAgree) {
       t.prefetch_l2 = c.prefetch;
       t.check_guards = true;
       cuda::set_tuning(*gpu, t);
+      ForwardRequest timed = req;
+      timed.want_stage_times = c.events;
       for (int rep = 0; rep < 2; ++rep) {
-        const ForwardOutput got = run(*gpu, hidden, T, req);
+        const ForwardOutput got = run(*gpu, hidden, T, timed);
         EXPECT_TRUE(cuda::last_call(*gpu).guards_intact);
         expect_same(ref, got, req, "T=" + std::to_string(T) + " warps " + std::to_string(c.warps));
       }
@@ -270,8 +272,10 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
         t.stage_events = c.events;
         t.check_guards = true;
         cuda::set_tuning(*gpu, t);
+        ForwardRequest timed = req;
+        timed.want_stage_times = c.events;
         for (int rep = 0; rep < 2; ++rep) {
-          const ForwardOutput got = run(*gpu, hidden, T, req);
+          const ForwardOutput got = run(*gpu, hidden, T, timed);
           const cuda::CallInfo info = cuda::last_call(*gpu);
           EXPECT_EQ(info.kernel, c.ring >= 0 ? "q5k_tma" : "q5k_stream");
           EXPECT_TRUE(info.guards_intact) << info.kernel << " wrote outside the logits";
@@ -321,38 +325,43 @@ TEST(CudaBackend, Q5KStreamTokensInNAgrees) {
   }
 }
 
-// The register stream kernel on Q4_K heads (its own layout, four min lanes): odd super-block counts,
-// one super-block, vocabularies ending inside a tile, every warp configuration, T = 1..4.
-TEST(CudaBackend, Q4KStreamKernelAgrees) {
+// The register stream kernel on the other stream layouts (Q4_K: four min lanes; Q6_K: signed
+// scales and levels; Q8_0: per-block d products): odd super-block counts, one super-block,
+// vocabularies ending inside a tile, every warp configuration, T = 1..4 in one pass and T = 5, 9 in
+// passes of four.
+TEST(CudaBackend, StreamKernelAgreesOnQ4KQ6KQ80) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(seed_of_this_run() + 13);
+  const struct { TensorType type; const char* kernel; } types[] = {
+      {TensorType::Q4_K, "q4k_stream"}, {TensorType::Q6_K, "q6k_stream"}, {TensorType::Q8_0, "q8_0_stream"}};
   const struct { int64_t V, H; } shapes[] = {{4099, 768}, {1, 256}, {17, 512}, {30011, 1280}};
-  for (const auto& sh : shapes) {
-    const RandomHead head = random_head(TensorType::Q4_K, sh.V, sh.H, rng);
-    auto scalar = make_scalar_backend(head.view);
-    auto gpu = make_cuda_backend(head.view, 1);
-    ForwardRequest req;
-    req.want_logits = true;
-    req.top_k = int(std::min<int64_t>(4, sh.V));
-    for (int T = 1; T <= 4; ++T) {
-      const std::vector<float> hidden = random_hidden(T, sh.H, rng);
-      const ForwardOutput ref = run(*scalar, hidden, T, req);
-      for (int warps : {16, 12, 8}) {
-        cuda::Tuning t;
-        t.stream_max_tokens = 4;
-        t.stream_warps = warps;
-        t.check_guards = true;
-        cuda::set_tuning(*gpu, t);
-        const ForwardOutput got = run(*gpu, hidden, T, req);
-        const cuda::CallInfo info = cuda::last_call(*gpu);
-        EXPECT_EQ(info.kernel, "q4k_stream");
-        EXPECT_TRUE(info.guards_intact) << "the Q4_K stream kernel wrote outside the logits";
-        expect_same(ref, got, req,
-                    "Q4_K V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
-                        " warps " + std::to_string(warps));
+  for (const auto& ty : types)
+    for (const auto& sh : shapes) {
+      const RandomHead head = random_head(ty.type, sh.V, sh.H, rng);
+      auto scalar = make_scalar_backend(head.view);
+      auto gpu = make_cuda_backend(head.view, 1);
+      ForwardRequest req;
+      req.want_logits = true;
+      req.top_k = int(std::min<int64_t>(4, sh.V));
+      for (int T : {1, 2, 3, 4, 5, 9}) {
+        const std::vector<float> hidden = random_hidden(T, sh.H, rng);
+        const ForwardOutput ref = run(*scalar, hidden, T, req);
+        for (int warps : {16, 12, 8}) {
+          if (T > 2 && warps != 16) continue;  // T > 2 always runs 8 warps
+          cuda::Tuning t;
+          t.stream_warps = warps;
+          t.check_guards = true;
+          cuda::set_tuning(*gpu, t);
+          const ForwardOutput got = run(*gpu, hidden, T, req);
+          const cuda::CallInfo info = cuda::last_call(*gpu);
+          EXPECT_EQ(info.kernel, ty.kernel);
+          EXPECT_TRUE(info.guards_intact) << "the " << ty.kernel << " kernel wrote outside the logits";
+          expect_same(ref, got, req,
+                      std::string(tensor_type_name(ty.type)) + " V=" + std::to_string(sh.V) + " H=" +
+                          std::to_string(sh.H) + " T=" + std::to_string(T) + " warps " + std::to_string(warps));
+        }
       }
     }
-  }
 }
 
 TEST(CudaBackend, Q5KRoutesCapsAndSelections) {
@@ -514,6 +523,7 @@ TEST(CudaBackend, StageTimesNameTheHead) {
     t.stage_events = events;
     cuda::set_tuning(*gpu, t);
     ForwardRequest req;
+    req.want_stage_times = true;
     for (int rep = 0; rep < 2; ++rep) {
       const ForwardOutput out = run(*gpu, hidden, 4, req);
       double head_ms = -1, total = 0;
@@ -530,6 +540,12 @@ TEST(CudaBackend, StageTimesNameTheHead) {
       }
     }
   }
+  // Without a request for stage times there are no event nodes: one total that still names the head.
+  cuda::set_tuning(*gpu, cuda::Tuning{});
+  const ForwardOutput out = run(*gpu, hidden, 4, ForwardRequest{});
+  ASSERT_EQ(out.times.size(), 1u);
+  EXPECT_NE(out.times[0].label.find("head"), std::string::npos) << out.times[0].label;
+  EXPECT_GT(out.times[0].ms, 0.0);
 }
 
 TEST(CudaBackend, GoldenFilesByteForByte) {

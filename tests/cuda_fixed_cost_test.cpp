@@ -58,6 +58,7 @@ Split time_calls(Backend& b, const std::vector<float>& hidden, int T, bool event
   t.stage_events = events;
   cuda::set_tuning(b, t);
   ForwardRequest req;
+  req.want_stage_times = true;
   ForwardOutput out;
   for (int i = 0; i < 5; ++i) b.forward(hidden.data(), T, req, out);
   std::vector<double> wall, prep, head;

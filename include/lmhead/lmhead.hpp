@@ -105,6 +105,8 @@ struct RunOptions {
   bool logprobs = false;     // log_softmax for the argmax and the top-k
   bool want_logits = false;  // return the capped logits [T, V]
   bool want_stages = false;  // return every intermediate stage (for --dump)
+  bool stage_times = false;  // time each stage apart (CUDA: event nodes between the stages, a few
+                             // microseconds per call); otherwise RunResult::times holds one total
 };
 
 struct Candidate {

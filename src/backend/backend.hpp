@@ -32,6 +32,7 @@ struct ForwardRequest {
   bool logprobs = false;     // fill ForwardOutput::sum_exp
   bool want_logits = false;  // fill ForwardOutput::logits
   bool want_stages = false;  // fill ForwardOutput::stages (implies logits)
+  bool want_stage_times = false;  // ForwardOutput::times per stage (else a backend may report one total)
 };
 
 struct ForwardOutput {

@@ -54,6 +54,7 @@ int demo(const DemoArgs& a) {
   RunOptions ro;
   ro.top_k = 5;
   ro.logprobs = true;
+  ro.stage_times = true;
   engine.run(hidden, a.tokens, ro);  // first pass pages the weights in from disk
   const auto t0 = std::chrono::steady_clock::now();
   const RunResult r = engine.run(hidden, a.tokens, ro);

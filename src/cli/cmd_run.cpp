@@ -65,6 +65,7 @@ int run(const RunArgs& a) {
   opts.logprobs = a.logprobs;
   opts.want_logits = !a.out.empty();
   opts.want_stages = !a.dump.empty();
+  opts.stage_times = a.profile;
 
   auto model = Model::open(a.model);
   const HeadConfig& c = model->config();

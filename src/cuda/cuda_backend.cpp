@@ -45,11 +45,12 @@ struct Shape {
   bool logprobs = false;
   bool logits = false;
   bool stages = false;
+  bool events = false;  // event nodes between the stages (Tuning::stage_events and the request asks for stage times)
 
   std::string key(const Tuning& t) const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, stream_n, float_route,
-                  int(format), cap_mode, k, logprobs, logits, stages, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
+    std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, stream_n, float_route,
+                  int(format), cap_mode, k, logprobs, logits, stages, events, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
                   t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma * 100 + t.tma_ring * 10 + t.stream_n_kernel, t.stream_n_warps);
     return buf;
   }
@@ -128,7 +129,7 @@ class CudaBackend final : public Backend {
     const std::string key = shape.key(tuning_);
     last_ = CallInfo{};
     last_.kernel = shape.stream_n ? "q5k_stream_n" : shape.tma ? "q5k_tma"
-                   : shape.stream ? (head_.type == TensorType::Q4_K ? "q4k_stream" : "q5k_stream") : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
+                   : shape.stream ? stream_kernel_name() : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
     last_.tokens = tokens;
     // One graph replay per call, timed by events around it (and, with stage events, by event
     // nodes between its stages). The first call of a shape runs directly (it also sets the
@@ -248,14 +249,18 @@ class CudaBackend final : public Backend {
       case quant::ActivationFormat::f32: s.format = ActFormat::f32; break;
     }
     s.float_route = s.format == ActFormat::f16 || s.format == ActFormat::bf16 || s.format == ActFormat::f32;
-    MmaConfig mc = mma_config();
+    MmaConfig mc = mma_config(s.events);
     s.mma = tuning_.use_mma && head_.type == TensorType::Q5_K && s.format == ActFormat::q8_K &&
             q5k_mma_supported(mc) && q5k_mma_smem(layout_.groups, tokens, mc) + 8192 <= size_t(smem_optin_);
     s.lanes = s.mma && tuning_.lanes_kernel && tokens <= kLanesTokens &&
               q5k_lanes_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
-    s.stream = tuning_.stream_kernel && stream_weights_.size() > 0 && s.format == ActFormat::q8_K &&
-               tokens <= std::min(tuning_.stream_max_tokens, kStreamMaxTokens) &&
-               q5k_stream_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
+    // Q5_K hands T > stream_max_tokens to its tokens-in-N kernel; the other stream heads run the
+    // stream kernel in passes of up to kStreamMaxTokens tokens.
+    const bool has_stream_n = stream_n_weights_.size() > 0;
+    s.stream = tuning_.stream_kernel && stream_weights_.size() > 0 &&
+               s.format == (head_.type == TensorType::Q8_0 ? ActFormat::q8_0 : ActFormat::q8_K) &&
+               (!has_stream_n || tokens <= std::min(tuning_.stream_max_tokens, kStreamMaxTokens)) &&
+               stream_smem(std::min(tokens, kStreamMaxTokens)) + 8192 <= size_t(smem_optin_);
     s.stream_n = !s.stream && tuning_.use_mma && tuning_.stream_n_kernel && stream_n_weights_.size() > 0 &&
                  s.format == ActFormat::q8_K && q5k_stream_n_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
     if (s.stream || s.stream_n) s.mma = s.lanes = false;
@@ -267,15 +272,63 @@ class CudaBackend final : public Backend {
     s.logprobs = req.logprobs;
     s.logits = req.want_logits;
     s.stages = req.want_stages;
+    s.events = tuning_.stage_events && req.want_stage_times;
     return s;
   }
 
-  MmaConfig mma_config() const {
+  MmaConfig mma_config(bool events) const {
     MmaConfig c;
     c.warps = tuning_.mma_warps;
-    c.pdl = tuning_.pdl && !tuning_.stage_events;
+    c.pdl = tuning_.pdl && !events;
     c.prefetch_l2 = tuning_.prefetch_l2;
     return c;
+  }
+
+  // One stream copy of the head: its size, its item size and the tile transcoder that fills it.
+  struct StreamCopy {
+    DeviceArray<uint8_t>* target;
+    uint64_t bytes;
+    int item_bytes;
+    void (*transcode)(const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst);
+  };
+  std::vector<StreamCopy> stream_copies() {
+    const int64_t V = head_.vocab;
+    const int G = layout_.groups;
+    switch (head_.type) {
+      case TensorType::Q5_K:
+        return {{&stream_weights_, stream::bytes(V, G), stream::kItemBytes,
+                 [](const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst) {
+                   stream::transcode_tile(rows, groups, dst, stream::Split::lanes);
+                 }},
+                {&stream_n_weights_, stream::bytes(V, G), stream::kItemBytes,
+                 [](const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst) {
+                   stream::transcode_tile(rows, groups, dst, stream::Split::subblocks);
+                 }}};
+      case TensorType::Q4_K:
+        return {{&stream_weights_, stream::q4_bytes(V, G), stream::kQ4ItemBytes, stream::transcode_tile_q4k}};
+      case TensorType::Q6_K:
+        return {{&stream_weights_, stream::q6_bytes(V, G), stream::kQ6ItemBytes, stream::transcode_tile_q6k}};
+      case TensorType::Q8_0:
+        if (head_.hidden % 256 != 0) return {};
+        return {{&stream_weights_, stream::q8_0_bytes(V, G), stream::kQ80ItemBytes, stream::transcode_tile_q8_0}};
+      default:
+        return {};
+    }
+  }
+  size_t stream_smem(int tokens) const {
+    switch (head_.type) {
+      case TensorType::Q6_K: return q6k_stream_smem(layout_.groups, tokens);
+      case TensorType::Q8_0: return q8_0_stream_smem(layout_.groups, tokens);
+      default: return q5k_stream_smem(layout_.groups, tokens);
+    }
+  }
+  const char* stream_kernel_name() const {
+    switch (head_.type) {
+      case TensorType::Q4_K: return "q4k_stream";
+      case TensorType::Q6_K: return "q6k_stream";
+      case TensorType::Q8_0: return "q8_0_stream";
+      default: return "q5k_stream";
+    }
   }
 
   void upload_weights() {
@@ -287,22 +340,20 @@ class CudaBackend final : public Backend {
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     const uint64_t needed = total + total / 10 + (uint64_t(64) << 20);
-    // A Q5_K head is kept a second time in the stream layout when the device has room for it.
-    // Q5_K: both stream layouts (lanes split for T <= 2, sub-blocks split for larger T) come on top;
-    // Q4_K: its lanes-split stream layout.
-    const bool q4k = head_.type == TensorType::Q4_K;
-    const uint64_t stream_total = q4k ? stream::q4_bytes(V, layout_.groups) : stream::bytes(V, layout_.groups);
-    const int stream_copies = head_.type == TensorType::Q5_K ? 2 : q4k ? 1 : 0;
-    const bool keep_stream = stream_copies > 0 && needed + stream_copies * stream_total <= free_bytes;
+    // The stream layouts (stream_layout.hpp) come on top of the file's rows when the device has room
+    // for them: Q5_K has two (lanes split for T <= 2, sub-blocks split for larger T), Q4_K, Q6_K and
+    // Q8_0 (hidden a multiple of 256) one each.
+    const std::vector<StreamCopy> copies = stream_copies();
+    uint64_t stream_total = 0;
+    for (const StreamCopy& c : copies) stream_total += c.bytes;
+    const bool keep_stream = !copies.empty() && needed + stream_total <= free_bytes;
     if (needed > free_bytes)
       throw Error("the " + std::string(tensor_type_name(head_.type)) + " head does not fit on the GPU: it needs about " +
                   std::to_string(needed) + " bytes (weights " + std::to_string(total) + " + working buffers), but only " +
                   std::to_string(free_bytes) + " of " + std::to_string(total_bytes) + " bytes are free");
     weights_.reset(total + 256);  // tail slack: 16-byte loads past the last row stay inside
-    if (keep_stream) {
-      stream_weights_.reset(stream_total);
-      if (!q4k) stream_n_weights_.reset(stream_total);
-    }
+    if (keep_stream)
+      for (const StreamCopy& c : copies) c.target->reset(c.bytes);
     if (layout_.aux_d) aux_.reset(size_t(V) * layout_.groups);
     const bool progress = total > (uint64_t(256) << 20);
     const bool same_bytes = head_.type == TensorType::Q4_K || head_.type == TensorType::Q5_K;
@@ -330,38 +381,22 @@ class CudaBackend final : public Backend {
           CUDA_CHECK(cudaMemcpy(aux_.get() + size_t(r0) * size_t(layout_.groups), aux_staging.data(),
                                 aux_staging.size() * 2, cudaMemcpyHostToDevice));
       }
-      if (keep_stream && q4k) {
-        const size_t tile_bytes = size_t(layout_.groups) * stream::kQ4ItemBytes;
-        const int64_t tiles = (n + stream::kTileRows - 1) / stream::kTileRows;
-        staging.resize(size_t(tiles) * tile_bytes);
-        for (int64_t t = 0; t < tiles; ++t) {
-          const uint8_t* rows[stream::kTileRows];
-          for (int i = 0; i < stream::kTileRows; ++i) {
-            const int64_t r = r0 + t * stream::kTileRows + i;
-            rows[i] = r < V ? head_.weights + uint64_t(r) * head_.row_bytes : nullptr;
-          }
-          stream::transcode_tile_q4k(rows, layout_.groups, staging.data() + size_t(t) * tile_bytes);
-        }
-        CUDA_CHECK(cudaMemcpy(stream_weights_.get() + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(),
-                              staging.size(), cudaMemcpyHostToDevice));
-      } else if (keep_stream) {
-        const size_t tile_bytes = size_t(layout_.groups) * stream::kItemBytes;
-        const int64_t tiles = (n + stream::kTileRows - 1) / stream::kTileRows;
-        staging.resize(size_t(tiles) * tile_bytes);
-        for (stream::Split split : {stream::Split::lanes, stream::Split::subblocks}) {
+      if (keep_stream)
+        for (const StreamCopy& c : copies) {
+          const size_t tile_bytes = size_t(layout_.groups) * size_t(c.item_bytes);
+          const int64_t tiles = (n + stream::kTileRows - 1) / stream::kTileRows;
+          staging.resize(size_t(tiles) * tile_bytes);
           for (int64_t t = 0; t < tiles; ++t) {
             const uint8_t* rows[stream::kTileRows];
             for (int i = 0; i < stream::kTileRows; ++i) {
               const int64_t r = r0 + t * stream::kTileRows + i;
               rows[i] = r < V ? head_.weights + uint64_t(r) * head_.row_bytes : nullptr;
             }
-            stream::transcode_tile(rows, layout_.groups, staging.data() + size_t(t) * tile_bytes, split);
+            c.transcode(rows, layout_.groups, staging.data() + size_t(t) * tile_bytes);
           }
-          uint8_t* base = (split == stream::Split::lanes ? stream_weights_ : stream_n_weights_).get();
-          CUDA_CHECK(cudaMemcpy(base + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(), staging.size(),
-                                cudaMemcpyHostToDevice));
+          CUDA_CHECK(cudaMemcpy(c.target->get() + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(),
+                                staging.size(), cudaMemcpyHostToDevice));
         }
-      }
       if (progress) {
         const int pct = int(100 * (r0 + n) / V);
         if (pct / 10 != last_pct / 10) {
@@ -404,7 +439,7 @@ class CudaBackend final : public Backend {
   }
 
   void record(const Shape& s) {
-    const bool stage_events = tuning_.stage_events;
+    const bool stage_events = s.events;
     const int64_t H = head_.hidden, V = head_.vocab;
     const size_t TV = size_t(s.T) * size_t(V);
     PrepParams pp;
@@ -453,7 +488,7 @@ class CudaBackend final : public Backend {
     hp.results = results_.device();
     hp.max_out = max_out_.get();
     hp.prefetch_l2 = tuning_.prefetch_l2 ? 1 : 0;
-    const bool pdl = tuning_.pdl && !tuning_.stage_events;
+    const bool pdl = tuning_.pdl && !s.events;
     hp.stream_weights = stream_weights_.get();
     hp.stream_n_weights = stream_n_weights_.get();
     if (s.stream_n) {
@@ -465,9 +500,14 @@ class CudaBackend final : public Backend {
       hp.tc = s.T;
       launch_q5k_tma(hp, tuning_.tma_ring, pdl, num_sms_, stream_);
     } else if (s.stream) {
-      hp.t0 = 0;
-      hp.tc = s.T;
-      launch_q5k_stream(hp, tuning_.stream_warps, head_.type == TensorType::Q4_K, pdl, num_sms_, stream_);
+      for (int t0 = 0; t0 < s.T; t0 += kStreamMaxTokens) {
+        hp.t0 = t0;
+        hp.tc = std::min(kStreamMaxTokens, s.T - t0);
+        const bool pass_pdl = pdl && t0 == 0;
+        if (head_.type == TensorType::Q6_K) launch_q6k_stream(hp, tuning_.stream_warps, pass_pdl, num_sms_, stream_);
+        else if (head_.type == TensorType::Q8_0) launch_q8_0_stream(hp, tuning_.stream_warps, pass_pdl, num_sms_, stream_);
+        else launch_q5k_stream(hp, tuning_.stream_warps, head_.type == TensorType::Q4_K, pass_pdl, num_sms_, stream_);
+      }
     } else if (s.lanes) {
       hp.t0 = 0;
       hp.tc = s.T;
@@ -475,7 +515,7 @@ class CudaBackend final : public Backend {
     } else if (s.mma) {
       hp.t0 = 0;
       hp.tc = s.T;
-      launch_q5k_mma(hp, mma_config(), num_sms_, stream_);
+      launch_q5k_mma(hp, mma_config(s.events), num_sms_, stream_);
     } else {
       for (int t0 = 0; t0 < s.T; t0 += kGenericTokens) {
         hp.t0 = t0;
@@ -576,7 +616,7 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaEventElapsedTime(&ms, events_[a], events_[b]));
       return double(ms);
     };
-    bool stage_events = tuning_.stage_events;
+    bool stage_events = s.events;
     if (stage_events) {
       float probe = 0;
       if (cudaEventElapsedTime(&probe, events_[0], events_[1]) != cudaSuccess) {
@@ -587,7 +627,8 @@ class CudaBackend final : public Backend {
     const bool copies = s.k > 0 || s.logprobs || s.logits || s.stages;
     const std::string head_label = s.stream_n ? "head+scale+cap+argmax (fused, int8 tensor cores, tokens in N, streamed weights)"
                                    : s.tma ? "head+scale+cap+argmax (fused, int8 tensor cores, TMA-staged weights)"
-                                   : s.stream ? "head+scale+cap+argmax (fused, int8 tensor cores, streamed weights)"
+                                   : s.stream ? "head+scale+cap+argmax (fused, int8 tensor cores, streamed weights" +
+                                                    (s.T > kStreamMaxTokens ? ", " + std::to_string((s.T + kStreamMaxTokens - 1) / kStreamMaxTokens) + " passes)" : std::string(")"))
                                    : s.mma ? "head+scale+cap+argmax (fused, int8 tensor cores)"
                                          : "head+scale+cap+argmax (fused, " +
                                                std::to_string((s.T + kGenericTokens - 1) / kGenericTokens) +
@@ -618,7 +659,7 @@ class CudaBackend final : public Backend {
   std::map<std::string, cudaGraphExec_t> graphs_;
 
   DeviceArray<uint8_t> weights_;
-  DeviceArray<uint8_t> stream_weights_;    // Q5_K only: the stream layouts (empty when they do not fit)
+  DeviceArray<uint8_t> stream_weights_;    // the lanes-split stream layout (empty when it does not fit)
   DeviceArray<uint8_t> stream_n_weights_;
   DeviceArray<uint16_t> aux_;
   DeviceArray<float> gamma_;

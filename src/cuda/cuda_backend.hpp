@@ -21,6 +21,7 @@ struct Tuning {
   bool pdl = true;                  // programmatic dependent launch prep -> head (only without stage events)
   bool prefetch_l2 = false;         // bulk-prefetch each warp's first tile into L2 while the prep runs
   bool stage_events = true;         // CUDA event nodes between the stages (norm, head, select, download)
+                                    // when the request asks for stage times (want_stage_times)
   bool use_graph = true;            // replay the call as a CUDA graph
   bool force_sequential_norm = false;  // test hook: RMSNorm always through the sequential double chain
   bool check_guards = false;        // test hook: verify the sentinel bands around the device logits

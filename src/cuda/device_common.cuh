@@ -93,6 +93,22 @@ __device__ __forceinline__ void mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, 
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c));
 }
 
+// The same with each accumulator started at its own value (c0, c1: row g; c2, c3: row g + 8).
+__device__ __forceinline__ void mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1, int c0, int c1, int c2, int c3) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c0), "r"(c1), "r"(c2), "r"(c3));
+}
+
+// s8 weights (Q8_0) x s8 activations, accumulators started at 0.
+__device__ __forceinline__ void mma_s8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+
 __device__ __forceinline__ uint32_t byte_of(uint32_t w, int b) { return (w >> (8 * b)) & 0xFFu; }
 
 // 6-bit scales and mins of a Q4_K / Q5_K block from its header words (numerics.md §3), as packed bytes.
@@ -187,7 +203,6 @@ static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* ct
   __shared__ unsigned s_last;
   __shared__ int s_found;
   __shared__ int s_ids[kMaxTied];
-  __shared__ unsigned s_masks[32];
   const int tid = threadIdx.x;
   if (tid < p.tc) p.partials[blockIdx.x * kMaxTokens + p.t0 + tid] = cta_best[tid];
   __threadfence();
@@ -215,33 +230,65 @@ static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* ct
     if ((tid & 31) == 0) cta_best[j] = b;
   }
   __syncthreads();
+  // Lowest tied ids of a shared maximum, in id order: the vocabulary is cut into one contiguous
+  // segment per warp; each warp scans its segment with several 16-byte loads in flight per lane
+  // and keeps its first `want` hits (a warp prefix sum puts them in id order), stopping as soon as
+  // it has them; the per-warp lists, concatenated in warp order, are in id order. (One block
+  // walking the ids 512 at a time, two barriers per step, took up to ~0.5 ms per token when a
+  // few ids tie far apart, e.g. logits saturated at the cap.)
+  __shared__ int s_warp_ids[32][kMaxTied];
+  __shared__ int s_warp_found[32];
+  const int warp = tid >> 5, lane = tid & 31;
+  constexpr int kSteps = 4;  // float4 loads in flight per lane
+  const bool aligned = p.vocab % 4 == 0;
   for (int j = 0; j < p.tc; ++j) {
     const int t = p.t0 + j;
     const PartialBest b = cta_best[j];
-    if (tid == 0) { s_found = 0; s_ids[0] = b.id; if (b.count <= 1) s_found = 1; }
-    __syncthreads();
+    int n_found = b.count <= 1 ? 1 : 0;
     if (b.count > 1) {
-      // Lowest tied ids in id order: ballot per warp, then one thread walks the warps in order.
       const int want = b.count < kMaxTied ? b.count : kMaxTied;
       const float* row = p.logits + size_t(t) * p.vocab;
-      for (int base = 0; base < p.vocab; base += blockDim.x) {
-        const int id = base + tid;
-        const bool hit = id < p.vocab && __ldcg(&row[id]) == b.max;
-        const unsigned m = __ballot_sync(0xffffffffu, hit);
-        if ((tid & 31) == 0) s_masks[tid >> 5] = m;
-        __syncthreads();
-        if (tid == 0) {
-          for (int w = 0; w < nwarps && s_found < want; ++w) {
-            unsigned mm = s_masks[w];
-            while (mm && s_found < want) {
-              const int bit = __ffs(mm) - 1;
-              mm &= mm - 1;
-              s_ids[s_found++] = base + w * 32 + bit;
-            }
+      const int seg = (p.vocab + nwarps * 512 - 1) / (nwarps * 512) * 512;
+      const int lo = min(p.vocab, warp * seg), hi = min(p.vocab, lo + seg);
+      int found = 0;
+      for (int base = lo; base < hi && found < want; base += kSteps * 128) {
+        unsigned hits[kSteps];
+#pragma unroll
+        for (int u = 0; u < kSteps; ++u) {
+          const int id0 = base + 128 * u + 4 * lane;
+          float v[4];
+          if (aligned && id0 + 3 < hi) {
+            const float4 f = __ldcg(reinterpret_cast<const float4*>(row + id0));
+            v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+          } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) v[e] = id0 + e < hi ? __ldcg(row + id0 + e) : 0.0f;
           }
+          hits[u] = 0;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) hits[u] |= (id0 + e < hi && v[e] == b.max) ? (1u << e) : 0u;
         }
-        __syncthreads();
-        if (s_found >= want) break;
+#pragma unroll
+        for (int u = 0; u < kSteps; ++u) {
+          const int mine = __popc(hits[u]);
+          int before = mine;  // inclusive prefix sum over the lanes
+#pragma unroll
+          for (int m = 1; m < 32; m <<= 1) {
+            const int o = __shfl_up_sync(0xffffffffu, before, m);
+            if (lane >= m) before += o;
+          }
+          int slot = found + before - mine;
+          for (unsigned h = hits[u]; h != 0 && slot < want; h &= h - 1, ++slot)
+            s_warp_ids[warp][slot] = base + 128 * u + 4 * lane + __ffs(h) - 1;
+          found = min(want, found + __shfl_sync(0xffffffffu, before, 31));
+        }
+      }
+      if (lane == 0) s_warp_found[warp] = found;
+      __syncthreads();
+      if (tid == 0) {
+        for (int w = 0; w < nwarps && n_found < want; ++w)
+          for (int i = 0; i < s_warp_found[w] && n_found < want; ++i) s_ids[n_found++] = s_warp_ids[w][i];
+        s_found = n_found;
       }
     }
     if (tid == 0) {
@@ -249,8 +296,9 @@ static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* ct
       r.max = b.max;
       r.argmax = b.id;
       r.tie_count = b.count;
-      r.n_tied = s_found;
-      for (int i = 0; i < s_found; ++i) r.tied[i] = s_ids[i];
+      r.n_tied = b.count <= 1 ? 1 : s_found;
+      if (b.count <= 1) r.tied[0] = b.id;
+      else for (int i = 0; i < s_found; ++i) r.tied[i] = s_ids[i];
       p.max_out[t] = b.max;
     }
     __syncthreads();

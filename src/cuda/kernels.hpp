@@ -88,7 +88,7 @@ struct HeadParams {
   TokenResult* results = nullptr;    // [kMaxTokens] mapped host memory
   float* max_out = nullptr;          // [kMaxTokens] device copy of each token's max
   int prefetch_l2 = 0;               // bulk-prefetch each warp's first tile into L2 before waiting
-  const uint8_t* stream_weights = nullptr;    // Q5_K in the stream layout, lanes split (stream_layout.hpp)
+  const uint8_t* stream_weights = nullptr;    // the head's lanes-split stream layout (stream_layout.hpp)
   const uint8_t* stream_n_weights = nullptr;  // Q5_K in the stream layout, sub-blocks split
 };
 
@@ -114,6 +114,12 @@ constexpr int kStreamMaxTokens = 4;
 // q4k: the head is Q4_K (its own stream layout, stream::transcode_tile_q4k), else Q5_K.
 void launch_q5k_stream(const HeadParams& p, int warps, bool q4k, bool pdl, int num_sms, cudaStream_t stream);
 size_t q5k_stream_smem(int groups, int tokens);
+// The same kernel body (stream_kernel.cuh) for Q6_K (q6k_stream.cu) and Q8_0 heads whose hidden
+// size is a multiple of 256 (q8_0_stream.cu), each on its own stream layout in stream_weights.
+void launch_q6k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
+size_t q6k_stream_smem(int groups, int tokens);
+void launch_q8_0_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
+size_t q8_0_stream_smem(int groups, int tokens);
 // The same for T <= kStreamMaxTokens with the weights staged in shared memory by bulk copies (the
 // TMA unit, see q5k_tma.cu); ring picks warps and stages per block (0 .. q5k_tma_rings() - 1).
 void launch_q5k_tma(const HeadParams& p, int ring, bool pdl, int num_sms, cudaStream_t stream);

@@ -46,7 +46,8 @@ struct ActSmem {
   }
 };
 
-// Fills ActSmem from the prep kernel's output (after pdl_wait; the caller synchronises the block).
+// The lane runs of every format in the lanes split, from the prep kernel's q8 bytes (after
+// pdl_wait; the caller synchronises the block): zero[kZeroWords], then runs[sb * TT + t][kActWords].
 // B of sub-block j's MMA is zero except lane k's own K range, which only thread (g = k, q = k % 4)
 // holds: in b0 (k < 4) or b1 (k >= 4). So the item's run keeps, per lane k, the register pairs
 // (b0, b1) that thread holds for j = 0..7: (word(j, k), 0) for k < 4, (0, word(j, k)) for k >= 4,
@@ -54,11 +55,10 @@ struct ActSmem {
 // loads then give the thread all eight pairs in MMA order; every other thread loads zeros. Every
 // load of a batch is issued before any store (one L2 round trip per batch, paid once per call).
 template <int TT>
-__device__ void stage_activations(const HeadParams& p, uint8_t* smem) {
-  const ActSmem<TT> a(smem, p.groups);
-  for (int i = threadIdx.x; i < kZeroWords; i += blockDim.x) a.zero[i] = 0;
+__device__ void stage_lane_runs(const HeadParams& p, uint32_t* zero, uint32_t* runs, int items) {
+  for (int i = threadIdx.x; i < kZeroWords; i += blockDim.x) zero[i] = 0;
   constexpr int kBatch = 4;
-  const int chunks = a.items * 16;
+  const int chunks = items * 16;
   for (int base = threadIdx.x; base < chunks; base += kBatch * blockDim.x) {
     uint4 v[kBatch];
 #pragma unroll
@@ -66,7 +66,7 @@ __device__ void stage_activations(const HeadParams& p, uint8_t* smem) {
       const int i = base + u * blockDim.x;
       if (i < chunks) {
         const int c = i & 15, it = i >> 4, sb = it / TT, t = it - sb * TT;
-        v[u] = reinterpret_cast<const uint4*>(p.act_qs + (size_t(sb) * kMaxTokens + t) * kActPitch)[c];
+        v[u] = reinterpret_cast<const uint4*>(p.act_qs + (size_t(sb) * kMaxTokens + p.t0 + t) * kActPitch)[c];
       }
     }
 #pragma unroll
@@ -75,18 +75,33 @@ __device__ void stage_activations(const HeadParams& p, uint8_t* smem) {
       if (i < chunks) {
         const int c = i & 15, it = i >> 4;
         const int j = c >> 1, k0 = 4 * (c & 1);  // chunk c holds words (j, k0 .. k0 + 3)
-        uint2* dst = reinterpret_cast<uint2*>(a.act + it * stream::kActWords) + j;
+        uint2* dst = reinterpret_cast<uint2*>(runs + it * stream::kActWords) + j;
         const uint32_t w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) dst[8 * (k0 + i)] = k0 == 0 ? make_uint2(w[i], 0u) : make_uint2(0u, w[i]);
       }
     }
   }
+}
+
+// Fills ActSmem (Q5_K / Q4_K): the lane runs, y.d and the sub-block sums.
+template <int TT>
+__device__ void stage_activations(const HeadParams& p, uint8_t* smem) {
+  const ActSmem<TT> a(smem, p.groups);
+  stage_lane_runs<TT>(p, a.zero, a.act, a.items);
   for (int i = threadIdx.x; i < a.items; i += blockDim.x) {
     const int sb = i / TT, t = i - sb * TT;
-    a.yd[i] = p.act_d[size_t(sb) * kMaxTokens + t];
-    a.bsp[i] = *reinterpret_cast<const uint4*>(p.act_bsp + (size_t(sb) * kMaxTokens + t) * 4);
+    a.yd[i] = p.act_d[size_t(sb) * kMaxTokens + p.t0 + t];
+    a.bsp[i] = *reinterpret_cast<const uint4*>(p.act_bsp + (size_t(sb) * kMaxTokens + p.t0 + t) * 4);
   }
+}
+
+// This thread's B pairs of one item and token: four 16-byte shared loads (zeros for the threads
+// that hold no lane, act_off < 0).
+__device__ __forceinline__ void load_b_pairs(const uint32_t* run, const uint32_t* zero, int act_off, uint4 (&bp)[4]) {
+  const uint32_t* src = act_off >= 0 ? run + act_off : zero;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) bp[i] = lds128(src + 4 * i);
 }
 
 // act_off: where this thread's B pairs start in an item's run (16 g when g % 4 == q, else -1: the
@@ -144,12 +159,7 @@ __device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<
   // B: the (b0, b1) register pairs of sub-blocks 2i, 2i + 1 in bp[t][i].
   uint4 bp[TT][4];
 #pragma unroll
-  for (int t = 0; t < TT; ++t) {
-    const uint32_t* run = a.act + (sb * TT + t) * stream::kActWords;
-    const uint32_t* src = act_off >= 0 ? run + act_off : a.zero;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) bp[t][i] = lds128(src + 4 * i);
-  }
+  for (int t = 0; t < TT; ++t) load_b_pairs(a.act + (sb * TT + t) * stream::kActWords, a.zero, act_off, bp[t]);
 
   int (&isum)[TT][2][2] = out.isum;
 #pragma unroll
@@ -212,10 +222,14 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const ActSm
 }
 
 // After a tile's last super-block: the eight lanes of each row meet (shuffles within the quad),
-// hsum + summs give the raw logit, then scale, cap, store and the running argmax.
-template <int TT, bool kQ4 = false>
-__device__ __forceinline__ void finish_tile(const HeadParams& p, int tile, int lane, float (&acc)[TT][2][2],
-                                            float (&summs)[TT][2][kMinLanes<kQ4>], PartialBest (&best)[TT]) {
+// hsum (+ the mins term's kMins lanes, reduced as vec_dot.cpp does; none for Q6_K and Q8_0, whose
+// result is the hsum itself) give the raw logit, then scale, cap, store and the running argmax.
+template <int kMins>
+constexpr int kMinSlots = kMins > 0 ? kMins : 1;
+
+template <int TT, int kMins>
+__device__ __forceinline__ void finish_lanes_tile(const HeadParams& p, int tile, int lane, float (&acc)[TT][2][2],
+                                                  float (&summs)[TT][2][kMinSlots<kMins>], PartialBest (&best)[TT]) {
   const int g = lane >> 2, q = lane & 3, V = p.vocab;
 #pragma unroll
   for (int t = 0; t < TT; ++t)
@@ -224,21 +238,27 @@ __device__ __forceinline__ void finish_tile(const HeadParams& p, int tile, int l
       float lanes8[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) lanes8[k] = __shfl_sync(0xffffffffu, acc[t][r][k & 1], (lane & ~3) | (k >> 1));
-      float mins = summs[t][r][0];
-      if constexpr (kQ4)
-        mins = __fadd_rn(__fadd_rn(summs[t][r][0], summs[t][r][2]), __fadd_rn(summs[t][r][1], summs[t][r][3]));
-      const float raw = __fadd_rn(reduce_lanes(lanes8), mins);
+      float raw = reduce_lanes(lanes8);
+      if constexpr (kMins == 1) raw = __fadd_rn(raw, summs[t][r][0]);
+      if constexpr (kMins == 4)
+        raw = __fadd_rn(raw, __fadd_rn(__fadd_rn(summs[t][r][0], summs[t][r][2]), __fadd_rn(summs[t][r][1], summs[t][r][3])));
       const int row = tile * kTileRows + g + 8 * r;
-      if (q == 0 && row < V && t < p.T) {
+      if (q == 0 && row < V && t < p.tc) {
         const float capped = apply_cap(raw, p);
-        p.logits[size_t(t) * V + row] = capped;
-        if (p.raw) p.raw[size_t(t) * V + row] = raw;
+        p.logits[size_t(p.t0 + t) * V + row] = capped;
+        if (p.raw) p.raw[size_t(p.t0 + t) * V + row] = raw;
         best[t] = best_merge(best[t], best_single(capped, row));
       }
 #pragma unroll
-      for (int i = 0; i < kMinLanes<kQ4>; ++i) summs[t][r][i] = 0.0f;
+      for (int i = 0; i < kMinSlots<kMins>; ++i) summs[t][r][i] = 0.0f;
       acc[t][r][0] = acc[t][r][1] = 0.0f;
     }
+}
+
+template <int TT, bool kQ4 = false>
+__device__ __forceinline__ void finish_tile(const HeadParams& p, int tile, int lane, float (&acc)[TT][2][2],
+                                            float (&summs)[TT][2][kMinLanes<kQ4>], PartialBest (&best)[TT]) {
+  finish_lanes_tile<TT, kMinLanes<kQ4>>(p, tile, lane, acc, summs, best);
 }
 
 }  // namespace lanes_math

@@ -23,10 +23,8 @@
 // loads from a block of zeros.
 #include <cuda_runtime.h>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/launch.hpp"
-#include "cuda/device_common.cuh"
 #include "cuda/q5k_lanes_math.cuh"
+#include "cuda/stream_kernel.cuh"
 #include "cuda/stream_layout.hpp"
 
 namespace lmhead::cuda {
@@ -34,99 +32,47 @@ namespace {
 
 using namespace lanes_math;
 
-// D register buffers per warp: while one item is computed, D - 1 are in flight. kQ4: a Q4_K head
-// (stream::transcode_tile_q4k), the same lane structure with 4-bit levels and four min lanes.
-template <int TT, int NW, int D, bool kQ4>
-__global__ void __launch_bounds__(NW * 32, 1) q5k_stream_kernel(const HeadParams p) {
-  constexpr int kItemBytes = kQ4 ? stream::kQ4ItemBytes : stream::kItemBytes;
-  extern __shared__ __align__(16) uint8_t smem[];
-
-  const int G = p.groups;
-  const ActSmem<TT> act(smem, G);
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int total_warps = gridDim.x * NW;
-  const uint8_t* weights = p.stream_weights;
-
-  // The load cursor runs D items ahead of the computation.
-  ItemWalk walk(p, blockIdx.x * NW + warp, total_warps, lane);
-  Item buf[D];
-  int buf_tile[D], buf_sb[D];
-  auto load_next = [&](int d) {
-    buf_tile[d] = walk.tile;
-    buf_sb[d] = walk.sb;
-    if (walk.done()) return;
-    load_item<kQ4>(buf[d], weights + (int64_t(walk.tile) * G + walk.sb) * kItemBytes, lane);
-    walk.step(p, lane);
-  };
-#pragma unroll
-  for (int d = 0; d < D; ++d) load_next(d);
-
-  pdl_wait();
-  stage_activations<TT>(p, smem);
-  __syncthreads();
-
-  const int act_off = act_offset(lane);
-  PartialBest best[TT];
-  float acc[TT][2][2];  // [token][row g, g+8][lane 2q + c]
-  float summs[TT][2][kMinLanes<kQ4>];
-#pragma unroll
-  for (int t = 0; t < TT; ++t) {
-    best[t] = best_empty();
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int i = 0; i < kMinLanes<kQ4>; ++i) summs[t][r][i] = 0.0f;
-      acc[t][r][0] = acc[t][r][1] = 0.0f;
-    }
-  }
-
-  bool more = buf_tile[0] < walk.ntiles;
-  while (more) {
-#pragma unroll
-    for (int d = 0; d < D; ++d) {
-      const int tile = buf_tile[d], sb = buf_sb[d];
-      if (tile >= walk.ntiles) { more = false; break; }
-      compute_item<TT, kQ4>(buf[d], sb, act, act_off, acc, summs);
-      load_next(d);
-      if (sb == G - 1) finish_tile<TT, kQ4>(p, tile, lane, acc, summs, best);
-    }
-  }
-
-  finish_block<TT, NW>(p, best);
-}
-
-template <int TT, int NW, int D, bool kQ4>
-void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  launch_head_kernel<q5k_stream_kernel<TT, NW, D, kQ4>>(dim3(num_sms), dim3(NW * 32), act_smem_bytes(p.groups, TT), pdl, stream, p);
-}
-
-// warps picks (warps per block, register buffers per warp) for T <= 2: 16 -> (16, 2), 12 -> (12, 3),
-// 8 -> (8, 4); T = 3, 4 run 8 warps with 2 buffers (more accumulators per thread).
+// kQ4: a Q4_K head (stream::transcode_tile_q4k), the same lane structure with 4-bit levels and four
+// min lanes.
 template <bool kQ4>
-void launch_typed(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
-  switch (p.T * 100 + warps) {
-    case 116: return launch_config<1, 16, 2, kQ4>(p, pdl, num_sms, stream);
-    case 112: return launch_config<1, 12, 3, kQ4>(p, pdl, num_sms, stream);
-    case 108: return launch_config<1, 8, 4, kQ4>(p, pdl, num_sms, stream);
-    case 216: return launch_config<2, 16, 2, kQ4>(p, pdl, num_sms, stream);
-    case 212: return launch_config<2, 12, 3, kQ4>(p, pdl, num_sms, stream);
-    case 208: return launch_config<2, 8, 4, kQ4>(p, pdl, num_sms, stream);
-    default: break;
-  }
-  if (p.T == 3) return launch_config<3, 8, 2, kQ4>(p, pdl, num_sms, stream);
-  return launch_config<4, 8, 2, kQ4>(p, pdl, num_sms, stream);
-}
+struct KQuantStream {
+  static constexpr int kItemBytes = kQ4 ? stream::kQ4ItemBytes : stream::kItemBytes;
+  using Item = lmhead::cuda::Item;
+  __device__ static void load(Item& it, const uint8_t* item, int lane) { load_item<kQ4>(it, item, lane); }
+  __host__ __device__ static size_t smem_bytes(int groups, int tt) { return act_smem_bytes(groups, tt); }
+  template <int TT>
+  __device__ static void stage(const HeadParams& p, uint8_t* smem) { stage_activations<TT>(p, smem); }
+
+  template <int TT>
+  struct State {
+    ActSmem<TT> act;
+    int act_off;
+    float acc[TT][2][2];  // [token][row g, g+8][lane 2q + c]
+    float summs[TT][2][kMinLanes<kQ4>];
+    __device__ State(uint8_t* smem, int groups, int lane) : act(smem, groups), act_off(act_offset(lane)) {
+#pragma unroll
+      for (int t = 0; t < TT; ++t)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+          for (int i = 0; i < kMinLanes<kQ4>; ++i) summs[t][r][i] = 0.0f;
+          acc[t][r][0] = acc[t][r][1] = 0.0f;
+        }
+    }
+    __device__ void compute(const Item& it, int sb) { compute_item<TT, kQ4>(it, sb, act, act_off, acc, summs); }
+    __device__ void finish(const HeadParams& p, int tile, int lane, PartialBest (&best)[TT]) {
+      finish_tile<TT, kQ4>(p, tile, lane, acc, summs, best);
+    }
+  };
+};
 
 }  // namespace
 
 size_t q5k_stream_smem(int groups, int tokens) { return act_smem_bytes(groups, tokens); }
 
 void launch_q5k_stream(const HeadParams& p, int warps, bool q4k, bool pdl, int num_sms, cudaStream_t stream) {
-  if (p.T < 1 || p.T > kStreamMaxTokens) throw Error("launch_q5k_stream: 1 to 4 tokens per call");
-  if (warps != 8 && warps != 12 && warps != 16) throw Error("launch_q5k_stream: 8, 12 or 16 warps per block");
-  if (q4k) launch_typed<true>(p, warps, pdl, num_sms, stream);
-  else launch_typed<false>(p, warps, pdl, num_sms, stream);
+  if (q4k) launch_stream<KQuantStream<true>>(p, warps, pdl, num_sms, stream);
+  else launch_stream<KQuantStream<false>>(p, warps, pdl, num_sms, stream);
 }
 
 }  // namespace lmhead::cuda

@@ -28,6 +28,12 @@ __device__ __forceinline__ uint4 ldg_header(const void* p) {
   return v;
 }
 
+__device__ __forceinline__ uint32_t ldg_header32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.b32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
+
 // One item's registers for rows g and g + 8 (r) of the thread: the packed level words (Q5_K: W0..W9
 // in w03, w47, w89; Q4_K: W0..W7 in w03, w47) and the row headers.
 struct Item {

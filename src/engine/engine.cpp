@@ -121,6 +121,7 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
   req.logprobs = options.logprobs;
   req.want_logits = options.want_logits;
   req.want_stages = options.want_stages;
+  req.want_stage_times = options.stage_times;
 
   RunResult result;
   result.tokens = tokens;

@@ -1,0 +1,165 @@
+// The Q6_K head on the q8 route for T <= 4, weights streamed into registers from the Q6_K stream
+// layout (stream::transcode_tile_q6k), byte-identical to src/quant/vec_dot.cpp's dot_q6_K_q8_K:
+//   d = y.d * f32(x.d);  isum[k] = sum_j scales[2j + k / 4] * sum_b q6(32j + 4k + b) * q8(...)
+//   acc[k] = fma(d, float(isum[k]), acc[k]);  result = hsum(acc)  (no mins term)
+//
+// The lanes split of the Q5_K kernel: per 32-element chunk j one m16n8k32 MMA with the tile's 16
+// rows as A and the eight float lanes as N. A holds the unsigned levels u = q6 + 32 (0..63, the
+// layout's twelve words decode them in 36 operations per row); the accumulators start at
+// -32 * (the lane's four q8 summed), so D is the signed sum exactly as the reference's. Both C
+// columns of a thread (lanes 2q, 2q + 1) lie in the same 16-element half of the chunk, so they
+// share one signed scale, taken from the row's 16 scale bytes by two shifts.
+#include <cuda_runtime.h>
+
+#include "cuda/q5k_lanes_math.cuh"
+#include "cuda/stream_kernel.cuh"
+#include "cuda/stream_layout.hpp"
+
+namespace lmhead::cuda {
+namespace {
+
+using namespace lanes_math;
+
+// Shared memory: the lane runs, then per (super-block, token) the accumulator starts
+// -32 * sum(q8 word (j, k)) at [q = k / 2][j][k % 2] (one thread's four 16-byte loads) and y.d.
+template <int TT>
+struct Q6Smem {
+  uint32_t* zero;  // [kZeroWords]
+  uint32_t* act;   // [items][kActWords]
+  int* start;      // [items][64]
+  float* yd;       // [items]
+  int items;
+  __device__ Q6Smem(uint8_t* smem, int groups) : items(groups * TT) {
+    zero = reinterpret_cast<uint32_t*>(smem);
+    act = zero + kZeroWords;
+    start = reinterpret_cast<int*>(act + size_t(items) * stream::kActWords);
+    yd = reinterpret_cast<float*>(start + size_t(items) * 64);
+  }
+};
+
+struct Q6Stream {
+  static constexpr int kItemBytes = stream::kQ6ItemBytes;
+  struct Item {
+    uint4 w[3][2];  // [W0..3, W4..7, W8..11][row g, g + 8]
+    uint4 sc[2];
+    uint32_t d;     // f16 d of rows g (low half) and g + 8
+  };
+  __device__ static void load(Item& it, const uint8_t* item, int lane) {
+    const int g = lane >> 2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int s = 0; s < 3; ++s) it.w[s][r] = ldg_once128(item + 1024 * s + 512 * r + 16 * lane);
+      it.sc[r] = ldg_header(item + stream::kQ6Scales + 16 * (g + 8 * r));
+    }
+    it.d = ldg_header32(item + stream::kQ6D + 4 * g);
+  }
+  __host__ __device__ static size_t smem_bytes(int groups, int tt) {
+    const size_t items = size_t(groups) * tt;
+    return kZeroWords * 4 + items * (stream::kActWords * 4 + 64 * 4 + 4);
+  }
+  template <int TT>
+  __device__ static void stage(const HeadParams& p, uint8_t* smem) {
+    const Q6Smem<TT> a(smem, p.groups);
+    stage_lane_runs<TT>(p, a.zero, a.act, a.items);
+    for (int i = threadIdx.x; i < a.items * 64; i += blockDim.x) {
+      const int it = i >> 6, w = i & 63, j = w >> 3, k = w & 7, sb = it / TT, t = it - sb * TT;
+      const int word = *reinterpret_cast<const int*>(p.act_qs + (size_t(sb) * kMaxTokens + p.t0 + t) * kActPitch + 32 * j + 4 * k);
+      a.start[it * 64 + 16 * (k >> 1) + 2 * j + (k & 1)] = -32 * __dp4a(word, 0x01010101, 0);
+    }
+    for (int i = threadIdx.x; i < a.items; i += blockDim.x) {
+      const int sb = i / TT, t = i - sb * TT;
+      a.yd[i] = p.act_d[size_t(sb) * kMaxTokens + p.t0 + t];
+    }
+  }
+
+  template <int TT>
+  struct State {
+    Q6Smem<TT> act;
+    int act_off, q;
+    int up[2];            // left shift that puts scale byte 2h + q / 2 of a word at the top
+    float acc[TT][2][2];  // [token][row g, g+8][lane 2q + c]
+    __device__ State(uint8_t* smem, int groups, int lane) : act(smem, groups), act_off(act_offset(lane)), q(lane & 3) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) up[h] = 24 - 8 * (2 * h + (q >> 1));
+#pragma unroll
+      for (int t = 0; t < TT; ++t)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) acc[t][r][0] = acc[t][r][1] = 0.0f;
+    }
+
+    __device__ void compute(const Item& it, int sb) {
+      float dq[TT][2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float d = f16_scale(it.d >> (16 * r));
+#pragma unroll
+        for (int t = 0; t < TT; ++t) dq[t][r] = __fmul_rn(act.yd[sb * TT + t], d);
+      }
+      uint4 bp[TT][4], cs[TT][4];
+#pragma unroll
+      for (int t = 0; t < TT; ++t) {
+        const int item = sb * TT + t;
+        load_b_pairs(act.act + item * stream::kActWords, act.zero, act_off, bp[t]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) cs[t][i] = lds128(act.start + item * 64 + 16 * q + 4 * i);
+      }
+      uint32_t w[2][12];
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int s = 0; s < 3; ++s) {
+          w[r][4 * s + 0] = it.w[s][r].x; w[r][4 * s + 1] = it.w[s][r].y;
+          w[r][4 * s + 2] = it.w[s][r].z; w[r][4 * s + 3] = it.w[s][r].w;
+        }
+      int isum[TT][2][2];
+#pragma unroll
+      for (int t = 0; t < TT; ++t)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) isum[t][r][0] = isum[t][r][1] = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        uint32_t wq[2], wq4[2];
+        int s[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          wq[r] = stream::q6_level_word(w[r], 2 * j);
+          wq4[r] = stream::q6_level_word(w[r], 2 * j + 1);
+          s[r] = int(word_of(it.sc[r], j >> 1) << up[j & 1]) >> 24;  // arithmetic shift: the signed byte
+        }
+#pragma unroll
+        for (int t = 0; t < TT; ++t) {
+          const int c0 = int(word_of(cs[t][j >> 1], 2 * (j & 1))), c1 = int(word_of(cs[t][j >> 1], 2 * (j & 1) + 1));
+          int dd[4];
+          mma_u8s8(dd, wq[0], wq[1], wq4[0], wq4[1], word_of(bp[t][j >> 1], 2 * (j & 1)),
+                   word_of(bp[t][j >> 1], 2 * (j & 1) + 1), c0, c1, c0, c1);
+          isum[t][0][0] += s[0] * dd[0];
+          isum[t][0][1] += s[0] * dd[1];
+          isum[t][1][0] += s[1] * dd[2];
+          isum[t][1][1] += s[1] * dd[3];
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < TT; ++t)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) acc[t][r][c] = __fmaf_rn(dq[t][r], __int2float_rn(isum[t][r][c]), acc[t][r][c]);
+    }
+
+    __device__ void finish(const HeadParams& p, int tile, int lane, PartialBest (&best)[TT]) {
+      float no_mins[TT][2][1];
+      finish_lanes_tile<TT, 0>(p, tile, lane, acc, no_mins, best);
+    }
+  };
+};
+
+}  // namespace
+
+size_t q6k_stream_smem(int groups, int tokens) { return Q6Stream::smem_bytes(groups, tokens); }
+
+void launch_q6k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
+  launch_stream<Q6Stream>(p, warps, pdl, num_sms, stream);
+}
+
+}  // namespace lmhead::cuda
