@@ -227,6 +227,8 @@ int main(int argc, char** argv) {
       cfgs.back().t.stream_max_tokens = 1;
       stream_cfg("w12 pdl regs16x2", 16);
       stream_cfg("w12 pdl regs12x3", 12);
+    stream_cfg("w12 pdl regs16x2 l2pf", 16);
+    cfgs.back().t.prefetch_l2 = true;
       tma_cfg("w12 pdl tma16x4", 0, 2);
       tma_cfg("w12 pdl tma16x3", 1, 2);
       int best_cfg = 0;

@@ -60,7 +60,7 @@ timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
 RACECHECK_RC=$?
 
 step "benchmark (Muse shape, synthesized in memory)"
-timeout 240 "$BUILD/cuda_bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+timeout 300 "$BUILD/cuda_bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
 BENCH_RC=$?
 
 if [ -x "$BUILD/lmhead" ]; then
@@ -73,7 +73,7 @@ if [ "${PROFILE_AFTER:-0}" = "1" ]; then
   # The default head kernel at T = 1, 8 and 16 (stream kernels), a few sections each.
   for m in mma1 mma8 mma16; do
     step "ncu on the head kernel, $m"
-    timeout 120 ncu --clock-control none -k regex:q5k_ --launch-skip 5 --launch-count 1 --section SpeedOfLight \
+    timeout 120 ncu --clock-control none -k regex:"q5k_|stream_head" --launch-skip 5 --launch-count 1 --section SpeedOfLight \
       --section WarpStateStats --section SchedulerStats --section InstructionStats --section LaunchStats \
       --section Occupancy "$BUILD/cuda_bench" --profile $m > "$OUT/ncu_$m.txt" 2>&1
     grep -E "^  [a-z_0-9]+kernel|Duration|DRAM Throughput|Executed Ipc Active|Issued Warp|Eligible Warps|Cycles Per Issued|Executed Instructions  |Registers Per|Achieved Active" "$OUT/ncu_$m.txt"
