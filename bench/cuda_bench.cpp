@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
           cuda::Tuning t;
           cuda::set_tuning(*gpu, t);
           gpu->forward(hidden.data(), T, lr, a);
-          t.use_mma = false;
+          t.use_mma = t.stream_kernel = t.stream_n_kernel = false;
           cuda::set_tuning(*gpu, t);
           gpu->forward(hidden.data(), T, lr, b);
           size_t diff = 0;
@@ -227,8 +227,6 @@ int main(int argc, char** argv) {
       cfgs.back().t.stream_max_tokens = 1;
       stream_cfg("w12 pdl regs16x2", 16);
       stream_cfg("w12 pdl regs12x3", 12);
-    stream_cfg("w12 pdl regs16x2 l2pf", 16);
-    cfgs.back().t.prefetch_l2 = true;
       tma_cfg("w12 pdl tma16x4", 0, 2);
       tma_cfg("w12 pdl tma16x3", 1, 2);
       int best_cfg = 0;
@@ -252,7 +250,8 @@ int main(int argc, char** argv) {
       }
       {
         cuda::Tuning t;
-        t.use_mma = false;
+        t.use_mma = t.stream_kernel = t.stream_n_kernel = false;
+        t.stage_events = false;
         cuda::set_tuning(*gpu, t);
         for (int T : {1, 2}) {
           const Timing tm = time_forward(*gpu, T, runs, req);
@@ -299,6 +298,20 @@ int main(int argc, char** argv) {
           const Timing t32 = time_forward(*gpu, T, runs, f32);
           std::printf("T=%d f32 route: %.4f ms (ratio %.3f)\n", T, t32.wall_ms, bytes / (t32.wall_ms * 1e6) / ceiling);
         }
+        // The access pattern's own ceiling: the T=1 stream walk with the arithmetic removed.
+        for (int warps : {16, 12, 8}) {
+          cuda::Tuning w = best;
+          w.stream_tma = false;
+          w.stream_walk_only = true;
+          w.stream_warps = warps;
+          cuda::set_tuning(*gpu, w);
+          const Timing tw = time_forward(*gpu, 1, runs, req);
+          std::printf("ratio %.3f | stream walk without arithmetic, %d warps x %d buffers | %.4f ms (gpu %.4f ms) | %.0f B "
+                      "| %.1f GB/s | ceiling %.1f GB/s\n",
+                      bytes / (tw.wall_ms * 1e6) / ceiling, warps, warps == 16 ? 2 : warps == 12 ? 3 : 4, tw.wall_ms,
+                      tw.gpu_ms, bytes, bytes / (tw.wall_ms * 1e6), ceiling);
+        }
+        cuda::set_tuning(*gpu, best);
       }
     }
 

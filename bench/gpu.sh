@@ -60,8 +60,14 @@ timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
 RACECHECK_RC=$?
 
 step "benchmark (Muse shape, synthesized in memory)"
-timeout 300 "$BUILD/cuda_bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
-BENCH_RC=$?
+# Clocks, power and throttle reasons sampled every 50 ms while the benchmark runs (the data
+# dependence of some timings: is it the clock?).
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active --format=csv,noheader -lms 50 \
+  > "$OUT/smi.csv" 2>/dev/null &
+SMI_PID=$!
+timeout 300 "$BUILD/cuda_bench" ${BENCH_ARGS:-} 2>&1 | while IFS= read -r line; do printf '%s %s\n' "$(date +%T.%3N)" "$line"; done | tee "$OUT/bench.log"
+BENCH_RC=${PIPESTATUS[0]}
+kill $SMI_PID 2>/dev/null
 
 if [ -x "$BUILD/lmhead" ]; then
   step "CLI through the public Engine API: lmhead make + lmhead bench --backend cuda"
@@ -84,5 +90,7 @@ step "summary"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ info \]" "$OUT/tests.log" | head -30
 echo "tests rc=$TESTS_RC memcheck rc=$MEMCHECK_RC racecheck rc=$RACECHECK_RC bench rc=$BENCH_RC"
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log"
-grep -E "^(ceiling|best configuration)" "$OUT/bench.log"
-sed -n '/^| head |/,$p' "$OUT/bench.log"
+grep -E "^[0-9:.]* (ceiling|best configuration)" "$OUT/bench.log"
+awk -F', ' '{ gsub(/ MHz/, "", $2); gsub(/ W/, "", $3); if (min == "" || $2 + 0 < min) min = $2 + 0; if ($3 + 0 > maxp) maxp = $3 + 0; r[$4]++ }
+  END { printf "during the benchmark: SM clock min %s MHz, power max %s W, throttle reasons:", min, maxp; for (k in r) printf " %s (%d samples)", k, r[k]; print "" }' "$OUT/smi.csv"
+sed 's/^[0-9:.]* //' "$OUT/bench.log" | sed -n '/^| head |/,$p'

@@ -22,6 +22,7 @@ struct Tuning {
   bool prefetch_l2 = false;         // bulk-prefetch each warp's first tile into L2 while the prep runs
   bool stage_events = true;         // CUDA event nodes between the stages (norm, head, select, download)
                                     // when the request asks for stage times (want_stage_times)
+  bool stream_walk_only = false;    // measuring tool: Q5_K stream walk without arithmetic (meaningless logits)
   bool use_graph = true;            // replay the call as a CUDA graph
   bool force_sequential_norm = false;  // test hook: RMSNorm always through the sequential double chain
   bool check_guards = false;        // test hook: verify the sentinel bands around the device logits

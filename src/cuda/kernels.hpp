@@ -120,6 +120,9 @@ void launch_q6k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cu
 size_t q6k_stream_smem(int groups, int tokens);
 void launch_q8_0_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
 size_t q8_0_stream_smem(int groups, int tokens);
+// Measuring tool: the stream kernel's walk over the Q5_K lanes stream layout without the
+// arithmetic (stream_walk.cu); the logits it leaves are meaningless.
+void launch_stream_walk(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
 // The same for T <= kStreamMaxTokens with the weights staged in shared memory by bulk copies (the
 // TMA unit, see q5k_tma.cu); ring picks warps and stages per block (0 .. q5k_tma_rings() - 1).
 void launch_q5k_tma(const HeadParams& p, int ring, bool pdl, int num_sms, cudaStream_t stream);

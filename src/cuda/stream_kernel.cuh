@@ -48,13 +48,6 @@ __global__ void __launch_bounds__(NW * 32, 1) stream_head_kernel(const HeadParam
   };
 #pragma unroll
   for (int d = 0; d < D; ++d) load_next(d);
-  // Tuning::prefetch_l2: the next kPrefetchItems items of the warp's first tile (contiguous in the
-  // layout) go to L2 while the prep kernel still runs.
-  constexpr int kPrefetchItems = 4;
-  const int first_tile = blockIdx.x * NW + warp;
-  if (p.prefetch_l2 && lane == 0 && first_tile < walk.ntiles && G > D)
-    prefetch_l2_bulk(p.stream_weights + (int64_t(first_tile) * G + D) * F::kItemBytes,
-                     uint32_t(min(G - D, kPrefetchItems) * F::kItemBytes));
 
   pdl_wait();
   F::template stage<TT>(p, smem);
