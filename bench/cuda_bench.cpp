@@ -131,8 +131,19 @@ Timing time_forward(Backend& b, int T, int runs, const ForwardRequest& request) 
 }  // namespace
 
 // --profile MODE: six calls of one configuration, for ncu (mma1, mma8, mma16 = the default kernel at
-// T = 1, 8, 16; lanes1 = the lanes kernel at T=1; gen1 = the generic kernel).
+// T = 1, 8, 16; lanes1 = the lanes kernel at T=1; gen1 = the generic kernel; q4kN = a Q4_K head at T=N).
 int profile(const std::string& mode) {
+  if (mode.rfind("q4k", 0) == 0) {
+    Head q4 = make_head(TensorType::Q4_K, 2);
+    auto gpu = make_cuda_backend(q4.view, 1);
+    const int T = std::stoi(mode.substr(3));
+    const std::vector<float> hidden = make_hidden(T, 3);
+    ForwardOutput out;
+    for (int i = 0; i < 6; ++i) gpu->forward(hidden.data(), T, ForwardRequest{}, out);
+    std::printf("profile %s: argmax %d max %g ties %lld\n", mode.c_str(), out.summaries[0].argmax, out.summaries[0].max,
+                (long long)out.summaries[0].tie_count);
+    return 0;
+  }
   Head q5 = make_head(TensorType::Q5_K, 1);
   auto gpu = make_cuda_backend(q5.view, 1);
   cuda::Tuning t;
