@@ -121,6 +121,68 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
   }
 }
 
+// The activations of every (super-block, token slot) as B runs, sub-block sum pairs and y.d (after
+// pdl_wait; the caller synchronises the block).
+template <int TTOT>
+__device__ void stage_tokens(const HeadParams& p, uint32_t* s_act, uint4* s_bsp, float* s_yd, int items) {
+  // Token t's word (j, k) (q8 bytes 32j + 4k ..) goes to word 16 (k / 2) + 4 (j % 4) + 2 (k % 2) + j / 4
+  // of its run; tokens past T get zeros (their columns are computed and dropped).
+  for (int i = threadIdx.x; i < items * 16; i += blockDim.x) {
+    const int c = i & 15, it = i >> 4, sb = it / TTOT, t = it - sb * TTOT;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (t < p.T) v = reinterpret_cast<const uint4*>(p.act_qs + (size_t(sb) * kMaxTokens + t) * kActPitch)[c];
+    const int j = c >> 1, k0 = 4 * (c & 1);
+    uint32_t* run = s_act + size_t(it) * kTokenWords + 4 * (j & 3) + (j >> 2);
+    const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int k = k0 + u;
+      run[16 * (k >> 1) + 2 * (k & 1)] = wv[u];
+    }
+  }
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int sb = i / TTOT, t = i - sb * TTOT;
+    const bool real = t < p.T;
+    s_yd[i] = real ? p.act_d[size_t(sb) * kMaxTokens + t] : 0.0f;
+    s_bsp[i] = real ? *reinterpret_cast<const uint4*>(p.act_bsp + (size_t(sb) * kMaxTokens + t) * 4)
+                    : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// Row g + 8r, token 8 nt + 2q + c of a finished tile: the eight lanes and the mins term give the
+// raw logit, then scale, cap, store and the running argmax.
+__device__ __forceinline__ void finish_row(const HeadParams& p, int tile, int lane, int nt, int c, int r,
+                                           const float (&lanes)[8], float summs, PartialBest& best) {
+  const int g = lane >> 2, q = lane & 3, V = p.vocab;
+  const float raw = __fadd_rn(reduce_lanes(lanes), summs);
+  const int row = tile * kTileRows + g + 8 * r;
+  const int tok = 8 * nt + 2 * q + c;
+  if (row < V && tok < p.T) {
+    const float capped = apply_cap(raw, p);
+    p.logits[size_t(tok) * V + row] = capped;
+    if (p.raw) p.raw[size_t(tok) * V + row] = raw;
+    best = best_merge(best, best_single(capped, row));
+  }
+}
+
+// Token 8 nt + 2q + c lives in the threads with that q: merge over g (lanes q, q + 4, ..., q + 28),
+// then over the warps, then the last block's finalize.
+template <int NT, int NW>
+__device__ void finish_tokens(const HeadParams& p, PartialBest (&best)[NT][2], PartialBest (*s_best)[kMaxTokens],
+                              int warp, int lane) {
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      PartialBest b = best[nt][c];
+#pragma unroll
+      for (int m = 4; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
+      if (g == 0) s_best[warp][8 * nt + 2 * q + c] = b;
+    }
+  merge_warps_and_finalize(p, s_best, NW, p.T);
+}
+
 template <int NT, int NW>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -152,28 +214,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
   load_next(1);
 
   pdl_wait();
-  // Token t's word (j, k) (q8 bytes 32j + 4k ..) goes to word 16 (k / 2) + 4 (j % 4) + 2 (k % 2) + j / 4
-  // of its run; tokens past T get zeros (their columns are computed and dropped).
-  for (int i = threadIdx.x; i < items * 16; i += blockDim.x) {
-    const int c = i & 15, it = i >> 4, sb = it / TTOT, t = it - sb * TTOT;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (t < p.T) v = reinterpret_cast<const uint4*>(p.act_qs + (size_t(sb) * kMaxTokens + t) * kActPitch)[c];
-    const int j = c >> 1, k0 = 4 * (c & 1);
-    uint32_t* run = s_act + size_t(it) * kTokenWords + 4 * (j & 3) + (j >> 2);
-    const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int k = k0 + u;
-      run[16 * (k >> 1) + 2 * (k & 1)] = wv[u];
-    }
-  }
-  for (int i = threadIdx.x; i < items; i += blockDim.x) {
-    const int sb = i / TTOT, t = i - sb * TTOT;
-    const bool real = t < p.T;
-    s_yd[i] = real ? p.act_d[size_t(sb) * kMaxTokens + t] : 0.0f;
-    s_bsp[i] = real ? *reinterpret_cast<const uint4*>(p.act_bsp + (size_t(sb) * kMaxTokens + t) * 4)
-                    : make_uint4(0u, 0u, 0u, 0u);
-  }
+  stage_tokens<TTOT>(p, s_act, s_bsp, s_yd, items);
   __syncthreads();
 
   PartialBest best[NT][2];
@@ -206,15 +247,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
           for (int c = 0; c < 2; ++c)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-              const float raw = __fadd_rn(reduce_lanes(a.acc[nt][c][r]), a.summs[nt][c][r]);
-              const int row = tile * kTileRows + g + 8 * r;
-              const int tok = 8 * nt + 2 * q + c;
-              if (row < V && tok < p.T) {
-                const float capped = apply_cap(raw, p);
-                p.logits[size_t(tok) * V + row] = capped;
-                if (p.raw) p.raw[size_t(tok) * V + row] = raw;
-                best[nt][c] = best_merge(best[nt][c], best_single(capped, row));
-              }
+              finish_row(p, tile, lane, nt, c, r, a.acc[nt][c][r], a.summs[nt][c][r], best[nt][c]);
               a.summs[nt][c][r] = 0.0f;
 #pragma unroll
               for (int k = 0; k < 8; ++k) a.acc[nt][c][r][k] = 0.0f;
@@ -223,17 +256,239 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
     }
   }
 
-  // Token 8 nt + 2q + c lives in the threads with that q: merge over g (lanes q, q + 4, ..., q + 28).
+  finish_tokens<NT, NW>(p, best, s_best, warp, lane);
+}
+
+// ---- Warp pairs on the lane halves (stream::transcode_tile_halves) -------------------------------
+//
+// The kernel above keeps, per thread, 8 float lanes x 2 rows x 2 tokens x NT accumulators (32 / 64),
+// which caps it at 12 / 8 warps per SM, and each warp does all eight lanes' MMAs and chains. Here a
+// tile is shared by a pair of warps: warp half x runs lanes 4x .. 4x + 3 only, reading only its half
+// of each item (the lane-halves layout packs each half on its own), so a warp holds half the
+// accumulators and does half the work, and twice as many warps fit. At the end of a tile the upper
+// half hands its four lanes to the lower half through shared memory (one named barrier per pair and
+// tile, exchange slots double-buffered), which adds the mins term and finishes the rows exactly as
+// above. Both warps of a pair walk the same tiles: pair P takes tiles P, P + pairs, ... (static, so
+// the pair needs no other communication).
+
+struct HalfItem {
+  uint4 v03[2];  // V0..V3 of rows g, g + 8
+  uint2 v4;      // V4 of rows g, g + 8
+  uint4 h[2];
+};
+
+__device__ __forceinline__ void load_half(HalfItem& it, const uint8_t* item, int half, int lane) {
+  const int g = lane >> 2;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    it.v03[r] = ldg_once128(item + stream::kHalfBytes * half + 512 * r + 16 * lane);
+    it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
+  }
+  it.v4 = ldg_once64(item + stream::kHalfBytes * half + 1024 + 8 * lane);
+}
+
+template <int NT>
+struct HalfAcc {
+  float acc[NT][2][2][4];  // [N tile][token 2q + c][row g, g + 8][lane 4 half + kk]
+  float summs[NT][2][2];   // half 0 only
+};
+
+template <int NT, int HALF>
+__device__ __forceinline__ void compute_half(const HalfItem& it, int sb, const uint32_t* s_act, const uint4* s_bsp,
+                                             const float* s_yd, int lane, HalfAcc<NT>& a) {
+  constexpr int TTOT = 8 * NT;
+  const int g = lane >> 2, q = lane & 3;
+  float dq[NT][2][2];
+  uint32_t s0a[2], s1a[2], s0b[2], s1b[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint4 h = it.h[r];
+    const float d = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFFu)));
+    const KScales ks = k_scales(h);
+    const uint32_t sca = __byte_perm(ks.sc_lo, 0u, 0x4440u | unsigned(q));
+    const uint32_t scb = __byte_perm(ks.sc_hi, 0u, 0x4440u | unsigned(q));
+    s0a[r] = sca & 7u;
+    s1a[r] = sca >> 3;
+    s0b[r] = scb & 7u;
+    s1b[r] = scb >> 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int tok = 8 * nt + 2 * q + c;
+        const float yd = s_yd[sb * TTOT + tok];
+        dq[nt][c][r] = __fmul_rn(yd, d);
+        if constexpr (HALF == 0) {
+          const float dmin = __half2float(__ushort_as_half(uint16_t(h.x >> 16)));
+          const float dm = __fmul_rn(-yd, dmin);
+          a.summs[nt][c][r] = __fmaf_rn(dm, k_mins_sum(s_bsp[sb * TTOT + tok], ks.m_lo, ks.m_hi), a.summs[nt][c][r]);
+        }
+      }
+  }
+
+  uint4 bq[NT][2];  // (b0, b1) of lanes 4 HALF + 2i, 4 HALF + 2i + 1
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const uint32_t* run = s_act + (sb * TTOT + 8 * nt + g) * kTokenWords + 4 * q;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) bq[nt][i] = lds128(run + 16 * (2 * HALF + i));
+  }
+
+  uint32_t v[2][5];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    v[r][0] = it.v03[r].x; v[r][1] = it.v03[r].y; v[r][2] = it.v03[r].z; v[r][3] = it.v03[r].w;
+    v[r][4] = r == 0 ? it.v4.x : it.v4.y;
+  }
+
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t qa[2], qb[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      qa[r] = stream::half_level_word(v[r], 2 * kk);
+      qb[r] = stream::half_level_word(v[r], 2 * kk + 1);
+    }
+    const uint32_t a1_0 = qa[0] * s1a[0], a1_1 = qa[1] * s1a[1], a1_2 = qb[0] * s1b[0], a1_3 = qb[1] * s1b[1];
+    const uint32_t a0_0 = qa[0] * s0a[0], a0_1 = qa[1] * s0a[1], a0_2 = qb[0] * s0b[0], a0_3 = qb[1] * s0b[1];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const uint32_t b0 = word_of(bq[nt][kk >> 1], 2 * (kk & 1)), b1 = word_of(bq[nt][kk >> 1], 2 * (kk & 1) + 1);
+      int d1[4], d0[4];
+      mma_u8s8(d1, a1_0, a1_1, a1_2, a1_3, b0, b1, kMagicBits);
+      mma_u8s8(d0, a0_0, a0_1, a0_2, a0_3, b0, b1, kMagicBits);
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float u = __fmaf_rn(8.0f, __int_as_float(d1[2 * r + c]), -9.0f * kMagic);
+          const float isum = __fadd_rn(u, __int_as_float(d0[2 * r + c]));
+          a.acc[nt][c][r][kk] = __fmaf_rn(dq[nt][c][r], isum, a.acc[nt][c][r][kk]);
+        }
+    }
+  }
+}
+
+__device__ __forceinline__ void pair_barrier(int pair) {
+  asm volatile("bar.sync %0, 64;\n" ::"r"(1 + pair) : "memory");
+}
+
+// One half's walk over its pair's tiles. xbuf: this pair's two exchange slots of
+// [NT * 2 * 2 * 4][32] floats.
+template <int NT, int HALF>
+__device__ void run_half(const HeadParams& p, int pair_index, int total_pairs, int lane, const uint32_t* s_act,
+                         const uint4* s_bsp, const float* s_yd, float* xbuf, int pair, PartialBest (&best)[NT][2]) {
+  constexpr int kSlot = NT * 2 * 2 * 4 * 32;
+  const int G = p.groups, ntiles = (p.vocab + kTileRows - 1) / kTileRows;
+  HalfAcc<NT> a;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      PartialBest b = best[nt][c];
+    for (int c = 0; c < 2; ++c)
 #pragma unroll
-      for (int m = 4; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
-      if (g == 0) s_best[warp][8 * nt + 2 * q + c] = b;
+      for (int r = 0; r < 2; ++r) {
+        a.summs[nt][c][r] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) a.acc[nt][c][r][kk] = 0.0f;
+      }
+
+  int load_tile = pair_index, load_sb = 0;
+  HalfItem buf[2];
+  int buf_tile[2], buf_sb[2];
+  auto load_next = [&](int d) {
+    buf_tile[d] = load_tile;
+    buf_sb[d] = load_sb;
+    if (load_tile >= ntiles) return;
+    load_half(buf[d], p.stream_pairs_weights + (int64_t(load_tile) * G + load_sb) * stream::kItemBytes, HALF, lane);
+    if (++load_sb == G) { load_sb = 0; load_tile += total_pairs; }
+  };
+  load_next(0);
+  load_next(1);
+  int parity = 0;
+  bool more = buf_tile[0] < ntiles;
+  while (more) {
+#pragma unroll
+    for (int d = 0; d < 2; ++d) {
+      const int tile = buf_tile[d], sb = buf_sb[d];
+      if (tile >= ntiles) { more = false; break; }
+      compute_half<NT, HALF>(buf[d], sb, s_act, s_bsp, s_yd, lane, a);
+      load_next(d);
+      if (sb == G - 1) {
+        float* slot = xbuf + parity * kSlot;
+        if constexpr (HALF == 1) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+#pragma unroll
+              for (int r = 0; r < 2; ++r)
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {
+                  slot[((((nt * 2 + c) * 2 + r) * 4 + kk) << 5) + lane] = a.acc[nt][c][r][kk];
+                  a.acc[nt][c][r][kk] = 0.0f;
+                }
+          pair_barrier(pair);
+        } else {
+          pair_barrier(pair);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                float lanes[8];
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {
+                  lanes[kk] = a.acc[nt][c][r][kk];
+                  lanes[4 + kk] = slot[((((nt * 2 + c) * 2 + r) * 4 + kk) << 5) + lane];
+                  a.acc[nt][c][r][kk] = 0.0f;
+                }
+                finish_row(p, tile, lane, nt, c, r, lanes, a.summs[nt][c][r], best[nt][c]);
+                a.summs[nt][c][r] = 0.0f;
+              }
+        }
+        parity ^= 1;
+      }
     }
-  merge_warps_and_finalize(p, s_best, NW, p.T);
+  }
+}
+
+template <int NT, int NP>
+__global__ void __launch_bounds__(NP * 64, 1) q5k_stream_pairs_kernel(const HeadParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  constexpr int NW = 2 * NP, TTOT = 8 * NT, kSlot = NT * 2 * 2 * 4 * 32;
+  __shared__ PartialBest s_best[NW][kMaxTokens];
+  const int items = p.groups * TTOT;
+  uint32_t* s_act = reinterpret_cast<uint32_t*>(smem);
+  uint4* s_bsp = reinterpret_cast<uint4*>(s_act + size_t(items) * kTokenWords);
+  float* s_yd = reinterpret_cast<float*>(s_bsp + items);
+  float* s_x = s_yd + items;  // [NP][2][kSlot]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pair = warp >> 1, half = warp & 1;
+
+  PartialBest best[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) best[nt][0] = best[nt][1] = best_empty();
+  // The first two items are loaded inside run_half, after the activations are staged: the pair's
+  // static walk needs no tile counter, and these loads are cheap to delay next to the staging.
+  pdl_wait();
+  stage_tokens<TTOT>(p, s_act, s_bsp, s_yd, items);
+  __syncthreads();
+  float* xbuf = s_x + size_t(pair) * 2 * kSlot;
+  if (half == 0)
+    run_half<NT, 0>(p, blockIdx.x * NP + pair, gridDim.x * NP, lane, s_act, s_bsp, s_yd, xbuf, pair, best);
+  else
+    run_half<NT, 1>(p, blockIdx.x * NP + pair, gridDim.x * NP, lane, s_act, s_bsp, s_yd, xbuf, pair, best);
+  finish_tokens<NT, NW>(p, best, s_best, warp, lane);
+}
+
+size_t pairs_smem_bytes(int groups, int nt, int np) {
+  return smem_bytes(groups, 8 * nt) + size_t(np) * 2 * nt * 2 * 2 * 4 * 32 * 4;
+}
+
+template <int NT, int NP>
+void launch_pairs(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
+  launch_head_kernel<q5k_stream_pairs_kernel<NT, NP>>(dim3(num_sms), dim3(NP * 64), pairs_smem_bytes(p.groups, NT, NP),
+                                                      pdl, stream, p);
 }
 
 template <int NT, int NW>
@@ -244,6 +499,24 @@ void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stre
 }  // namespace
 
 size_t q5k_stream_n_smem(int groups, int tokens) { return smem_bytes(groups, tokens <= 8 ? 8 : 16); }
+size_t q5k_stream_pairs_smem(int groups, int tokens, int warps) {
+  const int nt = tokens <= 8 ? 1 : 2;
+  return pairs_smem_bytes(groups, nt, warps / 2);
+}
+
+// warps: 16, 12 or 8 per block (8, 6 or 4 pairs).
+void launch_q5k_stream_pairs(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
+  if (p.T < 1 || p.T > kMaxTokens) throw Error("launch_q5k_stream_pairs: 1 to 16 tokens per call");
+  if (warps != 8 && warps != 12 && warps != 16) throw Error("launch_q5k_stream_pairs: 8, 12 or 16 warps per block");
+  if (p.T > 8) {
+    if (warps == 16) return launch_pairs<2, 8>(p, pdl, num_sms, stream);
+    if (warps == 12) return launch_pairs<2, 6>(p, pdl, num_sms, stream);
+    return launch_pairs<2, 4>(p, pdl, num_sms, stream);
+  }
+  if (warps == 16) return launch_pairs<1, 8>(p, pdl, num_sms, stream);
+  if (warps == 12) return launch_pairs<1, 6>(p, pdl, num_sms, stream);
+  return launch_pairs<1, 4>(p, pdl, num_sms, stream);
+}
 
 // warps: 8, 12 or 16 per block for T <= 8 (one tile of 8 tokens); T > 8 runs two tiles with 8 warps.
 void launch_q5k_stream_n(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
