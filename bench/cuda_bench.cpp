@@ -236,11 +236,6 @@ int main(int argc, char** argv) {
       cfgs.back().t.stream_n_warps = 16;
       add("w12 pdl n12 T<=1", 12, false, true, false);
       cfgs.back().t.stream_max_tokens = 1;
-      add("w12 pdl single warps", 12, false, true, false);
-      cfgs.back().t.stream_pairs = false;
-      add("w12 pdl pairs 12/8", 12, false, true, false);
-      cfgs.back().t.pairs_warps_small = 12;
-      cfgs.back().t.pairs_warps_large = 8;
       stream_cfg("w12 pdl regs16x2", 16);
       stream_cfg("w12 pdl regs12x3", 12);
       tma_cfg("w12 pdl tma16x4", 0, 2);

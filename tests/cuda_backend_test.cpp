@@ -184,20 +184,18 @@ TEST(CudaBackend, Q5KMatchesScalarForEveryTokenCount) {
   for (int T = 1; T <= 16; ++T) {
     const std::vector<float> hidden = random_hidden(T, 512, rng);
     const ForwardOutput ref = run(*scalar, hidden, T, req);
-    // TMA and register stream kernels (T <= 4), tokens-in-N stream kernel as warp pairs and as single
-    // warps, lanes kernel (T <= 2), staged tokens-in-N kernel, generic
-    static const char* const kNames[] = {"q5k_tma",   "q5k_stream", "q5k_stream_pairs", "q5k_stream_n",
-                                         "q5k_lanes", "q5k_mma",    "generic"};
-    for (int variant = 0; variant < 7; ++variant) {
+    // TMA and register stream kernels (T <= 4), tokens-in-N stream kernel, lanes kernel (T <= 2),
+    // staged tokens-in-N kernel, generic
+    static const char* const kNames[] = {"q5k_tma", "q5k_stream", "q5k_stream_n", "q5k_lanes", "q5k_mma", "generic"};
+    for (int variant = 0; variant < 6; ++variant) {
       tuning.stream_kernel = variant <= 1;
       tuning.stream_tma = variant == 0;
       tuning.stream_max_tokens = 4;
-      tuning.stream_n_kernel = variant == 2 || variant == 3;
-      tuning.stream_pairs = variant == 2;
-      tuning.lanes_kernel = variant == 4;
-      tuning.use_mma = variant < 6;
+      tuning.stream_n_kernel = variant == 2;
+      tuning.lanes_kernel = variant == 3;
+      tuning.use_mma = variant < 5;
       if (variant <= 1 && T > 4) continue;
-      if (variant == 4 && T > 2) continue;
+      if (variant == 3 && T > 2) continue;
       cuda::set_tuning(*gpu, tuning);
       for (int rep = 0; rep < 2; ++rep) {  // the first call runs directly, the second replays the graph
         const ForwardOutput got = run(*gpu, hidden, T, req);
@@ -306,27 +304,23 @@ TEST(CudaBackend, Q5KStreamTokensInNAgrees) {
     for (int T : {1, 3, 5, 8, 9, 16}) {
       const std::vector<float> hidden = random_hidden(T, sh.H, rng);
       const ForwardOutput ref = run(*scalar, hidden, T, req);
-      // Single warps (8, 12, 16 per block; two token tiles always run 8), then warp pairs.
-      for (int pairs : {0, 1})
-        for (int warps : {8, 12, 16}) {
-          if (!pairs && T > 8 && warps != 8) continue;
-          cuda::Tuning t;
-          t.stream_kernel = false;
-          t.stream_pairs = pairs == 1;
-          t.stream_n_warps = warps;
-          t.pairs_warps_small = t.pairs_warps_large = warps;
-          t.check_guards = true;
-          cuda::set_tuning(*gpu, t);
-          for (int rep = 0; rep < 2; ++rep) {
-            const ForwardOutput got = run(*gpu, hidden, T, req);
-            const cuda::CallInfo info = cuda::last_call(*gpu);
-            EXPECT_EQ(info.kernel, pairs ? "q5k_stream_pairs" : "q5k_stream_n");
-            EXPECT_TRUE(info.guards_intact) << "the tokens-in-N stream kernel wrote outside the logits";
-            expect_same(ref, got, req,
-                        "V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
-                            (pairs ? " pairs, warps " : " warps ") + std::to_string(warps));
-          }
+      for (int warps : {8, 12, 16}) {
+        if (T > 8 && warps != 8) continue;  // two token tiles always run 8 warps
+        cuda::Tuning t;
+        t.stream_kernel = false;
+        t.stream_n_warps = warps;
+        t.check_guards = true;
+        cuda::set_tuning(*gpu, t);
+        for (int rep = 0; rep < 2; ++rep) {
+          const ForwardOutput got = run(*gpu, hidden, T, req);
+          const cuda::CallInfo info = cuda::last_call(*gpu);
+          EXPECT_EQ(info.kernel, "q5k_stream_n");
+          EXPECT_TRUE(info.guards_intact) << "the tokens-in-N stream kernel wrote outside the logits";
+          expect_same(ref, got, req,
+                      "V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
+                          " warps " + std::to_string(warps));
         }
+      }
     }
   }
 }

@@ -96,59 +96,6 @@ TEST(CudaStreamLayout, KernelReadsRecoverEveryLevel) {
   }
 }
 
-TEST(CudaStreamLayout, HalfPackedWordsRoundTrip) {
-  std::mt19937_64 rng(23);
-  for (int rep = 0; rep < 20000; ++rep) {
-    uint32_t a[8], v[5];
-    for (auto& x : a) x = uint32_t(rng()) & 0x1F1F1F1Fu;
-    if (rep == 0) for (auto& x : a) x = 0x1F1F1F1Fu;
-    st::pack_half_levels(a, v);
-    for (int i = 0; i < 8; ++i) ASSERT_EQ(st::half_level_word(v, i), a[i]) << "word " << i << " rep " << rep;
-  }
-}
-
-// Reading a lane-halves item as the warp pairs of q5k_stream_n.cu do (half x: lanes 4x .. 4x + 3)
-// gives every level of the file, the headers, and zeros past the vocabulary.
-TEST(CudaStreamLayout, LaneHalvesReadsRecoverEveryLevel) {
-  std::mt19937_64 rng(29);
-  for (int groups : {1, 3}) {
-    for (int present : {16, 9}) {
-      std::vector<uint8_t> file(size_t(present) * groups * st::kBlockBytes);
-      for (auto& b : file) b = uint8_t(rng());
-      const uint8_t* rows[st::kTileRows] = {};
-      for (int i = 0; i < present; ++i) rows[i] = file.data() + size_t(i) * groups * st::kBlockBytes;
-      std::vector<uint8_t> out(size_t(groups) * st::kItemBytes, 0xEE);
-      st::transcode_tile_halves(rows, groups, out.data());
-      for (int sb = 0; sb < groups; ++sb) {
-        const uint8_t* item = out.data() + size_t(sb) * st::kItemBytes;
-        for (int lane = 0; lane < 32; ++lane) {
-          const int g = lane / 4, q = lane % 4;
-          for (int r = 0; r < 2; ++r) {
-            const int row = g + 8 * r;
-            const uint8_t* file_block = rows[row] ? rows[row] + sb * st::kBlockBytes : nullptr;
-            const uint8_t zeros[16] = {};
-            EXPECT_EQ(std::memcmp(item + st::kHeader + 16 * row, file_block ? file_block : zeros, 16), 0);
-            for (int x = 0; x < 2; ++x) {
-              uint32_t v[5];
-              std::memcpy(v, item + st::kHalfBytes * x + 512 * r + 16 * lane, 16);
-              std::memcpy(v + 4, item + st::kHalfBytes * x + 1024 + 8 * lane + 4 * r, 4);
-              for (int i = 0; i < 8; ++i) {
-                const int k = 4 * x + i / 2, j = q + 4 * (i % 2);  // a = 2k + h: lane k of sub-block q + 4h
-                const uint32_t w = st::half_level_word(v, i);
-                for (int byte = 0; byte < 4; ++byte) {
-                  const int e = 32 * j + 4 * k + byte;
-                  ASSERT_EQ(int((w >> (8 * byte)) & 0xFF), file_block ? file_level(file_block, e) : 0)
-                      << "groups " << groups << " item " << sb << " row " << row << " element " << e;
-                }
-              }
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
 // The 4-bit level of element e of a file Q4_K block.
 int file_level_q4(const uint8_t* block, int e) {
   const int sub = e / 32, pos = e % 32;

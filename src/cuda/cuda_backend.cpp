@@ -39,7 +39,6 @@ struct Shape {
   bool stream = false; // the T <= 4 kernels that read the stream layout (registers or TMA)
   bool tma = false;    // ... through shared memory with the TMA unit
   bool stream_n = false;  // the tokens-in-N kernel on the sub-blocks stream layout
-  bool pairs = false;     // ... as warp pairs on the lane-halves layout
   bool float_route = false;
   ActFormat format = ActFormat::q8_K;
   int cap_mode = kScaleOnly;
@@ -51,9 +50,9 @@ struct Shape {
 
   std::string key(const Tuning& t) const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, stream_n, pairs, float_route,
+    std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, stream_n, float_route,
                   int(format), cap_mode, k, logprobs, logits, stages, events, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
-                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma * 100 + t.tma_ring * 10 + t.stream_n_kernel, t.stream_n_warps * 10 + t.stream_walk_only + 1000 * t.pairs_warps_small + 100000 * t.pairs_warps_large);
+                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma * 100 + t.tma_ring * 10 + t.stream_n_kernel, t.stream_n_warps * 10 + t.stream_walk_only);
     return buf;
   }
 };
@@ -130,7 +129,7 @@ class CudaBackend final : public Backend {
     std::memcpy(hidden_.host(), hidden, size_t(tokens) * size_t(H) * sizeof(float));
     const std::string key = shape.key(tuning_);
     last_ = CallInfo{};
-    last_.kernel = shape.pairs ? "q5k_stream_pairs" : shape.stream_n ? "q5k_stream_n" : shape.tma ? "q5k_tma"
+    last_.kernel = shape.stream_n ? "q5k_stream_n" : shape.tma ? "q5k_tma"
                    : shape.stream ? stream_kernel_name() : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
     last_.tokens = tokens;
     // One graph replay per call, timed by events around it (and, with stage events, by event
@@ -266,9 +265,6 @@ class CudaBackend final : public Backend {
     s.stream_n = !s.stream && tuning_.use_mma && tuning_.stream_n_kernel && stream_n_weights_.size() > 0 &&
                  s.format == ActFormat::q8_K && q5k_stream_n_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
     if (s.stream || s.stream_n) s.mma = s.lanes = false;
-    const int pair_warps = tokens <= 8 ? tuning_.pairs_warps_small : tuning_.pairs_warps_large;
-    s.pairs = s.stream_n && tuning_.stream_pairs && stream_pairs_weights_.size() > 0 &&
-              q5k_stream_pairs_smem(layout_.groups, tokens, pair_warps) + 8192 <= size_t(smem_optin_);
     s.tma = s.stream && head_.type == TensorType::Q5_K && tuning_.stream_tma && !tuning_.stream_walk_only &&
             q5k_tma_smem(layout_.groups, tokens, tuning_.tma_ring) + 8192 <= size_t(smem_optin_);
     const CapParams cp = cap_params(head_, req.softcap);
@@ -308,8 +304,7 @@ class CudaBackend final : public Backend {
                 {&stream_n_weights_, stream::bytes(V, G), stream::kItemBytes,
                  [](const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst) {
                    stream::transcode_tile(rows, groups, dst, stream::Split::subblocks);
-                 }},
-                {&stream_pairs_weights_, stream::bytes(V, G), stream::kItemBytes, stream::transcode_tile_halves}};
+                 }}};
       case TensorType::Q4_K:
         return {{&stream_weights_, stream::q4_bytes(V, G), stream::kQ4ItemBytes, stream::transcode_tile_q4k}};
       case TensorType::Q6_K:
@@ -504,12 +499,7 @@ class CudaBackend final : public Backend {
     const bool pdl = tuning_.pdl && !s.events;
     hp.stream_weights = stream_weights_.get();
     hp.stream_n_weights = stream_n_weights_.get();
-    hp.stream_pairs_weights = stream_pairs_weights_.get();
-    if (s.pairs) {
-      hp.t0 = 0;
-      hp.tc = s.T;
-      launch_q5k_stream_pairs(hp, s.T <= 8 ? tuning_.pairs_warps_small : tuning_.pairs_warps_large, pdl, num_sms_, stream_);
-    } else if (s.stream_n) {
+    if (s.stream_n) {
       hp.t0 = 0;
       hp.tc = s.T;
       launch_q5k_stream_n(hp, tuning_.stream_n_warps, pdl, num_sms_, stream_);
@@ -645,8 +635,7 @@ class CudaBackend final : public Backend {
       }
     }
     const bool copies = s.k > 0 || s.logprobs || s.logits || s.stages;
-    const std::string head_label = s.pairs ? "head+scale+cap+argmax (fused, int8 tensor cores, tokens in N, warp pairs)"
-                                   : s.stream_n ? "head+scale+cap+argmax (fused, int8 tensor cores, tokens in N, streamed weights)"
+    const std::string head_label = s.stream_n ? "head+scale+cap+argmax (fused, int8 tensor cores, tokens in N, streamed weights)"
                                    : s.tma ? "head+scale+cap+argmax (fused, int8 tensor cores, TMA-staged weights)"
                                    : s.stream ? "head+scale+cap+argmax (fused, int8 tensor cores, streamed weights" +
                                                     (s.T > kStreamMaxTokens ? ", " + std::to_string((s.T + kStreamMaxTokens - 1) / kStreamMaxTokens) + " passes)" : std::string(")"))
@@ -682,7 +671,6 @@ class CudaBackend final : public Backend {
   DeviceArray<uint8_t> weights_;
   DeviceArray<uint8_t> stream_weights_;    // the lanes-split stream layout (empty when it does not fit)
   DeviceArray<uint8_t> stream_n_weights_;
-  DeviceArray<uint8_t> stream_pairs_weights_;
   DeviceArray<uint16_t> aux_;
   DeviceArray<float> gamma_;
   DeviceArray<int8_t> act_qs_;

@@ -16,9 +16,6 @@ struct Tuning {
   int stream_warps = 16;            // T <= 2: 16, 12 or 8 warps per block with 2, 3 or 4 items per warp in flight
   bool stream_n_kernel = true;      // Q5_K, T > stream_max_tokens: tokens-in-N kernel on the sub-blocks stream layout
   int stream_n_warps = 12;          // its warps per block for T <= 8: 8, 12 or 16 (T > 8: 8)
-  bool stream_pairs = true;         // ... as warp pairs sharing tiles, one per half of the float lanes
-  int pairs_warps_small = 16;       // the pairs kernel's warps per block for T <= 8 (8, 12, 16)
-  int pairs_warps_large = 12;       // ... and for T > 8
   bool stream_tma = false;          // T <= 2 through the TMA kernel instead (measured 3 to 12 % slower)
   int tma_ring = 0;                 // TMA kernel, T <= 2: 0 = 16 warps x 4 stages, 1 = 16 x 3, 2 = 12 x 5, 3 = 8 x 8
   bool pdl = true;                  // programmatic dependent launch prep -> head (only without stage events)
@@ -32,7 +29,7 @@ struct Tuning {
 };
 
 struct CallInfo {
-  std::string kernel;               // "q5k_stream_pairs", "q5k_stream_n", "q5k_tma", "q5k_stream", "q4k_stream",
+  std::string kernel;               // "q5k_stream_n", "q5k_tma", "q5k_stream", "q4k_stream",
                                     // "q6k_stream", "q8_0_stream", "q5k_lanes", "q5k_mma" or "generic"
   int tokens = 0;
   int norm_path[16] = {};           // per token: 0 bounded parallel sum decided, 1 sequential chain

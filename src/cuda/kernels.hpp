@@ -90,7 +90,6 @@ struct HeadParams {
   int prefetch_l2 = 0;               // bulk-prefetch each warp's first tile into L2 before waiting
   const uint8_t* stream_weights = nullptr;    // the head's lanes-split stream layout (stream_layout.hpp)
   const uint8_t* stream_n_weights = nullptr;  // Q5_K in the stream layout, sub-blocks split
-  const uint8_t* stream_pairs_weights = nullptr;  // Q5_K in the lane-halves stream layout
 };
 
 struct MmaConfig {
@@ -133,10 +132,6 @@ int q5k_tma_rings();
 // from the sub-blocks stream layout (see q5k_stream_n.cu). warps: 8, 12 or 16 (T <= 8).
 void launch_q5k_stream_n(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
 size_t q5k_stream_n_smem(int groups, int tokens);
-// The same arithmetic with each tile shared by a pair of warps, one per half of the float lanes,
-// on the lane-halves stream layout (stream::transcode_tile_halves) in stream_pairs_weights.
-void launch_q5k_stream_pairs(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
-size_t q5k_stream_pairs_smem(int groups, int tokens, int warps);
 // Every head type on both routes, one thread per row, tokens in passes of 4.
 constexpr int kGenericTokens = 4;
 void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, int num_sms,

@@ -117,63 +117,6 @@ inline void transcode_tile(const uint8_t* const (&rows)[kTileRows], int groups, 
   }
 }
 
-// The sub-blocks split cut into two lane halves, for the warp pairs of q5k_stream_n.cu: half x
-// holds a thread's operand words a = 8x .. 8x + 7 (lanes 4x .. 4x + 3 of sub-blocks q and q + 4),
-// packed on their own into five words V0..V4 (A'(0..4) in bits 0-4 of each byte; A'(5..7) split
-// over the spare bits 5-7: A'5 = V0[5:7] + V1[5:6], A'6 = V1[7] + V2[5:7] + V3[5],
-// A'7 = V3[6:7] + V4[5:7]), so each warp of a pair loads and decodes only its half. Item sections:
-//   half x: V0..V3 [r][lane] 16 B at 1280 x + 512 r + 16 lane
-//           V4     [lane]     8 B at 1280 x + 1024 + 8 lane (rows g, g + 8)
-//   header [row] 16 B at 2560 + 16 row, as in the lanes split
-constexpr int kHalfBytes = 1280;
-
-LMHEAD_STREAM_FN uint32_t half_level_word(const uint32_t (&v)[5], int a) {
-  if (a < 5) return v[a] & 0x1F1F1F1Fu;
-  if (a == 5) return ((v[0] >> 5) & 0x07070707u) | ((v[1] >> 2) & 0x18181818u);
-  if (a == 6) return ((v[1] >> 7) & 0x01010101u) | ((v[2] >> 4) & 0x0E0E0E0Eu) | ((v[3] >> 1) & 0x10101010u);
-  return ((v[3] >> 6) & 0x03030303u) | ((v[4] >> 3) & 0x1C1C1C1Cu);
-}
-
-inline void pack_half_levels(const uint32_t (&a)[8], uint32_t (&v)[5]) {
-  for (int i = 0; i < 5; ++i) v[i] = a[i];
-  for (int byte = 0; byte < 4; ++byte) {
-    const int s = 8 * byte;
-    const uint32_t a5 = (a[5] >> s) & 0x1Fu, a6 = (a[6] >> s) & 0x1Fu, a7 = (a[7] >> s) & 0x1Fu;
-    v[0] |= (a5 & 7u) << (s + 5);
-    v[1] |= (a5 >> 3) << (s + 5);
-    v[1] |= (a6 & 1u) << (s + 7);
-    v[2] |= ((a6 >> 1) & 7u) << (s + 5);
-    v[3] |= (a6 >> 4) << (s + 5);
-    v[3] |= (a7 & 3u) << (s + 6);
-    v[4] |= (a7 >> 2) << (s + 5);
-  }
-}
-
-inline void transcode_tile_halves(const uint8_t* const (&rows)[kTileRows], int groups, uint8_t* dst) {
-  std::memset(dst, 0, size_t(groups) * kItemBytes);
-  for (int sb = 0; sb < groups; ++sb) {
-    uint8_t* item = dst + size_t(sb) * kItemBytes;
-    for (int row = 0; row < kTileRows; ++row) {
-      if (rows[row] == nullptr) continue;
-      const uint8_t* in = rows[row] + size_t(sb) * kBlockBytes;
-      const int g = row % 8, r = row / 8;
-      for (int q = 0; q < 4; ++q) {
-        const int lane = 4 * g + q;
-        uint32_t a[16];
-        operand_words(in, q, Split::subblocks, a);
-        for (int x = 0; x < 2; ++x) {
-          uint32_t half[8], v[5];
-          for (int i = 0; i < 8; ++i) half[i] = a[8 * x + i];
-          pack_half_levels(half, v);
-          std::memcpy(item + kHalfBytes * x + 512 * r + 16 * lane, v, 16);
-          std::memcpy(item + kHalfBytes * x + 1024 + 8 * lane + 4 * r, v + 4, 4);
-        }
-      }
-      std::memcpy(item + kHeader + 16 * row, in, 16);
-    }
-  }
-}
-
 // Q4_K (144-byte blocks: the same 16-byte header, then qs [16, 144), no high bits) in the lanes
 // split: a thread's sixteen operand words per row hold 4-bit levels, so they pack as eight words
 // W_n = A(2n) | A(2n + 1) << 4 (one AND, or a shift and an AND, to decode). Item sections:
