@@ -218,6 +218,7 @@ int main(int argc, char** argv) {
       auto stream_cfg = [&](const char* name, int warps) {
         add(name, 12, false, true, false);
         cfgs.back().t.stream_warps = warps;
+        cfgs.back().t.tma_from_tokens = 0;  // registers at T = 2 too
       };
       auto tma_cfg = [&](const char* name, int ring, int max_tokens) {
         add(name, 12, false, true, false);
@@ -313,6 +314,7 @@ int main(int argc, char** argv) {
         for (int warps : {16, 12, 8}) {
           cuda::Tuning w = best;
           w.stream_tma = false;
+          w.tma_from_tokens = 0;
           w.stream_walk_only = true;
           w.stream_warps = warps;
           cuda::set_tuning(*gpu, w);

@@ -62,7 +62,7 @@ RACECHECK_RC=$?
 step "benchmark (Muse shape, synthesized in memory)"
 # Clocks, power and throttle reasons sampled every 50 ms while the benchmark runs (the data
 # dependence of some timings: is it the clock?).
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active --format=csv,noheader -lms 50 \
+nvidia-smi -i 0 --query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active --format=csv,noheader -lms 50 \
   > "$OUT/smi.csv" 2>/dev/null &
 SMI_PID=$!
 timeout 300 "$BUILD/cuda_bench" ${BENCH_ARGS:-} 2>&1 | while IFS= read -r line; do printf '%s %s\n' "$(date +%T.%3N)" "$line"; done | tee "$OUT/bench.log"

@@ -190,6 +190,7 @@ TEST(CudaBackend, Q5KMatchesScalarForEveryTokenCount) {
     for (int variant = 0; variant < 6; ++variant) {
       tuning.stream_kernel = variant <= 1;
       tuning.stream_tma = variant == 0;
+      tuning.tma_from_tokens = 0;
       tuning.stream_max_tokens = 4;
       tuning.stream_n_kernel = variant == 2;
       tuning.lanes_kernel = variant == 3;
@@ -266,6 +267,7 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
         cuda::Tuning t;
         t.stream_max_tokens = 4;
         t.stream_tma = c.ring >= 0;
+        t.tma_from_tokens = 0;
         t.tma_ring = c.ring >= 0 ? c.ring : 0;
         t.stream_warps = c.warps;
         t.pdl = c.pdl;
@@ -442,6 +444,7 @@ TEST(CudaBackend, SaturatedCapTies) {
     cuda::Tuning t;
     t.stream_kernel = variant <= 1;
     t.stream_tma = variant == 0;
+    t.tma_from_tokens = 0;
     t.stream_max_tokens = 4;
     t.stream_n_kernel = variant == 2;
     t.lanes_kernel = variant == 3;
@@ -579,6 +582,7 @@ TEST(CudaBackend, GoldenFilesByteForByte) {
       cuda::Tuning t;
       t.stream_kernel = variant <= 1;
       t.stream_tma = variant == 0;
+      t.tma_from_tokens = 0;
       t.stream_max_tokens = 4;
       t.stream_n_kernel = variant == 2;
       t.lanes_kernel = variant == 3;

@@ -52,7 +52,7 @@ struct Shape {
     char buf[256];
     std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, stream_n, float_route,
                   int(format), cap_mode, k, logprobs, logits, stages, events, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
-                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma * 100 + t.tma_ring * 10 + t.stream_n_kernel, t.stream_n_warps * 10 + t.stream_walk_only);
+                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma * 100 + t.tma_ring * 10 + t.stream_n_kernel, t.stream_n_warps * 10 + t.stream_walk_only + 100 * t.tma_from_tokens);
     return buf;
   }
 };
@@ -265,7 +265,8 @@ class CudaBackend final : public Backend {
     s.stream_n = !s.stream && tuning_.use_mma && tuning_.stream_n_kernel && stream_n_weights_.size() > 0 &&
                  s.format == ActFormat::q8_K && q5k_stream_n_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
     if (s.stream || s.stream_n) s.mma = s.lanes = false;
-    s.tma = s.stream && head_.type == TensorType::Q5_K && tuning_.stream_tma && !tuning_.stream_walk_only &&
+    s.tma = s.stream && head_.type == TensorType::Q5_K && !tuning_.stream_walk_only &&
+            (tuning_.stream_tma || (tuning_.tma_from_tokens > 0 && tokens >= tuning_.tma_from_tokens)) &&
             q5k_tma_smem(layout_.groups, tokens, tuning_.tma_ring) + 8192 <= size_t(smem_optin_);
     const CapParams cp = cap_params(head_, req.softcap);
     s.cap_mode = cp.cap == 0.0f ? kScaleOnly : (req.softcap == SoftcapRoute::fused ? kCapFused : kCapNodes);

@@ -16,7 +16,9 @@ struct Tuning {
   int stream_warps = 16;            // T <= 2: 16, 12 or 8 warps per block with 2, 3 or 4 items per warp in flight
   bool stream_n_kernel = true;      // Q5_K, T > stream_max_tokens: tokens-in-N kernel on the sub-blocks stream layout
   int stream_n_warps = 12;          // its warps per block for T <= 8: 8, 12 or 16 (T > 8: 8)
-  bool stream_tma = false;          // T <= 2 through the TMA kernel instead (measured 3 to 12 % slower)
+  bool stream_tma = false;          // every stream call (T <= stream_max_tokens) through the TMA kernel
+  int tma_from_tokens = 2;          // ... and the calls of at least this many tokens (0: none); measured:
+                                    // T=1 0.2515 vs 0.2506 ms in registers, T=2 0.2858 vs 0.2993 ms
   int tma_ring = 0;                 // TMA kernel, T <= 2: 0 = 16 warps x 4 stages, 1 = 16 x 3, 2 = 12 x 5, 3 = 8 x 8
   bool pdl = true;                  // programmatic dependent launch prep -> head (only without stage events)
   bool prefetch_l2 = false;         // bulk-prefetch each warp's first tile into L2 while the prep runs
