@@ -354,6 +354,17 @@ int main(int argc, char** argv) {
           std::printf("check %s T=1: %s vs %s capped logits: %zu of %zu differ\n", name.c_str(), fast_kernel.c_str(),
                       cuda::last_call(*b).kernel.c_str(), diff, fast.logits.size());
         }
+        // T=2 with each warp configuration (16 x 2, 12 x 3, 8 x 4 item buffers).
+        for (int warps : {16, 12, 8}) {
+          cuda::Tuning w = best;
+          w.stream_warps = warps;
+          w.stream_warps_t2 = 0;
+          cuda::set_tuning(*b, w);
+          const Timing tw = time_forward(*b, 2, runs, req);
+          std::printf("ratio %.3f | %s T=2  | %d warps | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s\n",
+                      ob / (tw.wall_ms * 1e6) / ceiling, name.c_str(), warps, tw.wall_ms, ob, ob / (tw.wall_ms * 1e6),
+                      ceiling);
+        }
         cuda::set_tuning(*b, best);
         for (int T : {1, 2, 4, 8, 16}) {
           const Timing tm = time_forward(*b, T, runs, req);

@@ -270,6 +270,7 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
         t.tma_from_tokens = 0;
         t.tma_ring = c.ring >= 0 ? c.ring : 0;
         t.stream_warps = c.warps;
+        t.stream_warps_t2 = 0;
         t.pdl = c.pdl;
         t.stage_events = c.events;
         t.check_guards = true;
@@ -352,6 +353,7 @@ TEST(CudaBackend, StreamKernelAgreesOnQ4KQ6KQ80) {
           if (T > 2 && warps != 16) continue;  // T > 2 always runs 8 warps
           cuda::Tuning t;
           t.stream_warps = warps;
+          t.stream_warps_t2 = 0;  // this configuration at T = 2 as well
           t.check_guards = true;
           cuda::set_tuning(*gpu, t);
           const ForwardOutput got = run(*gpu, hidden, T, req);

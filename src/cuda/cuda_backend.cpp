@@ -52,7 +52,7 @@ struct Shape {
     char buf[256];
     std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, stream_n, float_route,
                   int(format), cap_mode, k, logprobs, logits, stages, events, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
-                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma * 100 + t.tma_ring * 10 + t.stream_n_kernel, t.stream_n_warps * 10 + t.stream_walk_only + 100 * t.tma_from_tokens);
+                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma * 100 + t.tma_ring * 10 + t.stream_n_kernel, t.stream_n_warps * 10 + t.stream_walk_only + 100 * t.tma_from_tokens + 10000 * (t.stream_warps_t2 + 1));
     return buf;
   }
 };
@@ -327,6 +327,14 @@ class CudaBackend final : public Backend {
   // Tokens per pass of the stream kernel: Q4_K's four-token configuration (8 warps) measured slower
   // than two passes of two (0.967 vs 2 x 0.379 ms); Q6_K's and Q8_0's faster (0.646 vs 2 x 0.359,
   // 0.611 vs 2 x 0.413 ms).
+  // Warps per block of a stream pass of tc tokens. Measured at two tokens (cuda_bench --types):
+  // Q8_0 is fastest with 8 warps x 4 buffers (0.4176 vs 0.4354 ms with 16 x 2); Q4_K and Q6_K with
+  // 16 x 2 (Q4_K 0.381 vs 0.423 ms with 12 x 3, although 16 x 2 spills in the loop there).
+  int stream_warps_for(int tc) const {
+    if (tc != 2 || tuning_.stream_warps_t2 == 0) return tuning_.stream_warps;
+    if (tuning_.stream_warps_t2 > 0) return tuning_.stream_warps_t2;
+    return head_.type == TensorType::Q8_0 ? 8 : tuning_.stream_warps;
+  }
   int stream_pass_tokens() const { return head_.type == TensorType::Q4_K ? 2 : kStreamMaxTokens; }
   const char* stream_kernel_name() const {
     switch (head_.type) {
@@ -518,11 +526,12 @@ class CudaBackend final : public Backend {
         hp.t0 = t0;
         hp.tc = std::min(pass, s.T - t0);
         const bool pass_pdl = pdl && t0 == 0;
-        if (head_.type == TensorType::Q6_K) launch_q6k_stream(hp, tuning_.stream_warps, pass_pdl, num_sms_, stream_);
-        else if (head_.type == TensorType::Q8_0) launch_q8_0_stream(hp, tuning_.stream_warps, pass_pdl, num_sms_, stream_);
+        const int warps = stream_warps_for(hp.tc);
+        if (head_.type == TensorType::Q6_K) launch_q6k_stream(hp, warps, pass_pdl, num_sms_, stream_);
+        else if (head_.type == TensorType::Q8_0) launch_q8_0_stream(hp, warps, pass_pdl, num_sms_, stream_);
         else if (tuning_.stream_walk_only && head_.type == TensorType::Q5_K)
-          launch_stream_walk(hp, tuning_.stream_warps, pass_pdl, num_sms_, stream_);
-        else launch_q5k_stream(hp, tuning_.stream_warps, head_.type == TensorType::Q4_K, pass_pdl, num_sms_, stream_);
+          launch_stream_walk(hp, warps, pass_pdl, num_sms_, stream_);
+        else launch_q5k_stream(hp, warps, head_.type == TensorType::Q4_K, pass_pdl, num_sms_, stream_);
       }
     } else if (s.lanes) {
       hp.t0 = 0;
@@ -717,6 +726,8 @@ void set_tuning(Backend& backend, const Tuning& tuning) {
     throw Error("no MMA kernel is built for " + std::to_string(tuning.mma_warps) + " warps per block");
   if (tuning.stream_warps != 8 && tuning.stream_warps != 12 && tuning.stream_warps != 16)
     throw Error("the stream kernel is built for 8, 12 or 16 warps per block, not " + std::to_string(tuning.stream_warps));
+  if (tuning.stream_warps_t2 > 0 && tuning.stream_warps_t2 != 8 && tuning.stream_warps_t2 != 12 && tuning.stream_warps_t2 != 16)
+    throw Error("the stream kernel is built for 8, 12 or 16 warps per block, not " + std::to_string(tuning.stream_warps_t2));
   if (tuning.stream_max_tokens < 0 || tuning.stream_max_tokens > kStreamMaxTokens)
     throw Error("the stream kernel runs up to " + std::to_string(kStreamMaxTokens) + " tokens");
   if (tuning.stream_n_warps != 8 && tuning.stream_n_warps != 12 && tuning.stream_n_warps != 16)

@@ -14,6 +14,8 @@ struct Tuning {
   bool stream_kernel = true;        // Q5_K, T <= stream_max_tokens: weights streamed into registers
   int stream_max_tokens = 2;        // 0..4 (T = 3, 4 measured slower than the tokens-in-N kernel)
   int stream_warps = 16;            // T <= 2: 16, 12 or 8 warps per block with 2, 3 or 4 items per warp in flight
+  int stream_warps_t2 = -1;         // T = 2 passes: the same choice per head type (-1: the measured
+                                    // default, see stream_warps_for; 0: stream_warps)
   bool stream_n_kernel = true;      // Q5_K, T > stream_max_tokens: tokens-in-N kernel on the sub-blocks stream layout
   int stream_n_warps = 12;          // its warps per block for T <= 8: 8, 12 or 16 (T > 8: 8)
   bool stream_tma = false;          // every stream call (T <= stream_max_tokens) through the TMA kernel
