@@ -243,10 +243,6 @@ int main(int argc, char** argv) {
       cfgs.back().t.stream_n_warps = 8;
       add("w12 pdl n16", 12, false, true, false);
       cfgs.back().t.stream_n_warps = 16;
-      add("w12 pdl no split", 12, false, true, false);
-      cfgs.back().t.stream_n_split = false;
-      add("w12 pdl split16", 12, false, true, false);
-      cfgs.back().t.split_warps = 16;
       add("w12 pdl n12 T<=1", 12, false, true, false);
       cfgs.back().t.stream_max_tokens = 1;
       stream_cfg("w12 pdl regs16x2", 16);

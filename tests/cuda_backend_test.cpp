@@ -307,16 +307,11 @@ TEST(CudaBackend, Q5KStreamTokensInNAgrees) {
     for (int T : {1, 3, 5, 8, 9, 16}) {
       const std::vector<float> hidden = random_hidden(T, sh.H, rng);
       const ForwardOutput ref = run(*scalar, hidden, T, req);
-      // T > 8: two token tiles per warp (always 8 warps), or split pairs of warps (8, 12, 16).
-      for (int split : {0, 1})
       for (int warps : {8, 12, 16}) {
-        if (split && T <= 8) continue;
-        if (!split && T > 8 && warps != 8) continue;
+        if (T > 8 && warps != 8) continue;  // two token tiles always run 8 warps
         cuda::Tuning t;
         t.stream_kernel = false;
         t.stream_n_warps = warps;
-        t.stream_n_split = split == 1;
-        t.split_warps = warps;
         t.check_guards = true;
         cuda::set_tuning(*gpu, t);
         for (int rep = 0; rep < 2; ++rep) {
@@ -326,7 +321,7 @@ TEST(CudaBackend, Q5KStreamTokensInNAgrees) {
           EXPECT_TRUE(info.guards_intact) << "the tokens-in-N stream kernel wrote outside the logits";
           expect_same(ref, got, req,
                       "V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
-                          (split ? " split pairs, warps " : " warps ") + std::to_string(warps));
+                          " warps " + std::to_string(warps));
         }
       }
     }

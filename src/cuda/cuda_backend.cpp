@@ -52,8 +52,7 @@ struct Shape {
     char buf[256];
     std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, stream_n, float_route,
                   int(format), cap_mode, k, logprobs, logits, stages, events, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
-                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma * 100 + t.tma_ring * 10 + t.stream_n_kernel, t.stream_n_warps * 10 + t.stream_walk_only + 100 * t.tma_from_tokens + 10000 * (t.stream_warps_t2 + 1) +
-                      1000000 * (t.stream_n_split * 100 + t.split_warps));
+                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma * 100 + t.tma_ring * 10 + t.stream_n_kernel, t.stream_n_warps * 10 + t.stream_walk_only + 100 * t.tma_from_tokens + 10000 * (t.stream_warps_t2 + 1));
     return buf;
   }
 };
@@ -516,8 +515,7 @@ class CudaBackend final : public Backend {
     if (s.stream_n) {
       hp.t0 = 0;
       hp.tc = s.T;
-      launch_q5k_stream_n(hp, s.T > 8 && tuning_.stream_n_split ? tuning_.split_warps : tuning_.stream_n_warps,
-                          tuning_.stream_n_split, pdl, num_sms_, stream_);
+      launch_q5k_stream_n(hp, tuning_.stream_n_warps, pdl, num_sms_, stream_);
     } else if (s.tma) {
       hp.t0 = 0;
       hp.tc = s.T;
@@ -728,9 +726,6 @@ void set_tuning(Backend& backend, const Tuning& tuning) {
     throw Error("no MMA kernel is built for " + std::to_string(tuning.mma_warps) + " warps per block");
   if (tuning.stream_warps != 8 && tuning.stream_warps != 12 && tuning.stream_warps != 16)
     throw Error("the stream kernel is built for 8, 12 or 16 warps per block, not " + std::to_string(tuning.stream_warps));
-  if (tuning.split_warps != 8 && tuning.split_warps != 12 && tuning.split_warps != 16)
-    throw Error("the split tokens-in-N kernel is built for 8, 12 or 16 warps per block, not " +
-                std::to_string(tuning.split_warps));
   if (tuning.stream_warps_t2 > 0 && tuning.stream_warps_t2 != 8 && tuning.stream_warps_t2 != 12 && tuning.stream_warps_t2 != 16)
     throw Error("the stream kernel is built for 8, 12 or 16 warps per block, not " + std::to_string(tuning.stream_warps_t2));
   if (tuning.stream_max_tokens < 0 || tuning.stream_max_tokens > kStreamMaxTokens)

@@ -18,8 +18,6 @@ struct Tuning {
                                     // default, see stream_warps_for; 0: stream_warps)
   bool stream_n_kernel = true;      // Q5_K, T > stream_max_tokens: tokens-in-N kernel on the sub-blocks stream layout
   int stream_n_warps = 12;          // its warps per block for T <= 8: 8, 12 or 16 (T > 8: 8)
-  bool stream_n_split = true;       // T > 8: pairs of warps on the same tiles, one token tile each
-  int split_warps = 12;             // ... with 8, 12 or 16 warps per block
   bool stream_tma = false;          // every stream call (T <= stream_max_tokens) through the TMA kernel
   int tma_from_tokens = 2;          // ... and the calls of at least this many tokens (0: none); measured:
                                     // T=1 0.2515 vs 0.2506 ms in registers, T=2 0.2858 vs 0.2993 ms

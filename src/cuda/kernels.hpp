@@ -130,8 +130,7 @@ size_t q5k_tma_smem(int groups, int tokens, int ring);
 int q5k_tma_rings();
 // The Q5_K q8-route head for any T with the tokens in the MMA's N, weights streamed into registers
 // from the sub-blocks stream layout (see q5k_stream_n.cu). warps: 8, 12 or 16 (T <= 8).
-// split: T > 8 as pairs of warps reading the same tiles, one token tile each.
-void launch_q5k_stream_n(const HeadParams& p, int warps, bool split, bool pdl, int num_sms, cudaStream_t stream);
+void launch_q5k_stream_n(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
 size_t q5k_stream_n_smem(int groups, int tokens);
 // Every head type on both routes, one thread per row, tokens in passes of 4.
 constexpr int kGenericTokens = 4;

@@ -42,11 +42,10 @@ struct Acc {
   float summs[NT][2][2];
 };
 
-// TTOT: token slots staged per super-block; tok0: the first slot this warp computes (0, or 8 for the
-// second warp of a split pair).
-template <int NT, int TTOT>
+template <int NT>
 __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint32_t* s_act, const uint4* s_bsp,
-                                             const float* s_yd, int lane, int tok0, Acc<NT>& a) {
+                                             const float* s_yd, int lane, Acc<NT>& a) {
+  constexpr int TTOT = 8 * NT;
   const int g = lane >> 2, q = lane & 3;
   float dq[NT][2][2];
   uint32_t s0a[2], s1a[2], s0b[2], s1b[2];  // planes of sc[q] (a) and sc[q + 4] (b), rows g, g + 8
@@ -66,7 +65,7 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const int tok = tok0 + 8 * nt + 2 * q + c;
+        const int tok = 8 * nt + 2 * q + c;
         const float yd = s_yd[sb * TTOT + tok];
         const uint4 bs = s_bsp[sb * TTOT + tok];
         dq[nt][c][r] = __fmul_rn(yd, d);
@@ -79,7 +78,7 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
   uint4 bq[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    const uint32_t* run = s_act + (sb * TTOT + tok0 + 8 * nt + g) * kTokenWords + 4 * q;
+    const uint32_t* run = s_act + (sb * TTOT + 8 * nt + g) * kTokenWords + 4 * q;
 #pragma unroll
     for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(run + 16 * i);
   }
@@ -152,12 +151,12 @@ __device__ void stage_tokens(const HeadParams& p, uint32_t* s_act, uint4* s_bsp,
 
 // Row g + 8r, token 8 nt + 2q + c of a finished tile: the eight lanes and the mins term give the
 // raw logit, then scale, cap, store and the running argmax.
-__device__ __forceinline__ void finish_row(const HeadParams& p, int tile, int lane, int tok0, int nt, int c, int r,
+__device__ __forceinline__ void finish_row(const HeadParams& p, int tile, int lane, int nt, int c, int r,
                                            const float (&lanes)[8], float summs, PartialBest& best) {
   const int g = lane >> 2, q = lane & 3, V = p.vocab;
   const float raw = __fadd_rn(reduce_lanes(lanes), summs);
   const int row = tile * kTileRows + g + 8 * r;
-  const int tok = tok0 + 8 * nt + 2 * q + c;
+  const int tok = 8 * nt + 2 * q + c;
   if (row < V && tok < p.T) {
     const float capped = apply_cap(raw, p);
     p.logits[size_t(tok) * V + row] = capped;
@@ -170,10 +169,8 @@ __device__ __forceinline__ void finish_row(const HeadParams& p, int tile, int la
 // then over the warps, then the last block's finalize.
 template <int NT, int NW>
 __device__ void finish_tokens(const HeadParams& p, PartialBest (&best)[NT][2], PartialBest (*s_best)[kMaxTokens],
-                              int warp, int lane, int tok0) {
+                              int warp, int lane) {
   const int g = lane >> 2, q = lane & 3;
-  // A split pair's warp holds 8 of 16 token slots: the other 8 are empty in its row of s_best.
-  if (lane < kMaxTokens && (lane < tok0 || lane >= tok0 + 8 * NT)) s_best[warp][lane] = best_empty();
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -181,33 +178,16 @@ __device__ void finish_tokens(const HeadParams& p, PartialBest (&best)[NT][2], P
       PartialBest b = best[nt][c];
 #pragma unroll
       for (int m = 4; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
-      if (g == 0) s_best[warp][tok0 + 8 * nt + 2 * q + c] = b;
+      if (g == 0) s_best[warp][8 * nt + 2 * q + c] = b;
     }
   merge_warps_and_finalize(p, s_best, NW, p.T);
 }
 
-// The tile walk of a split pair (T > 8 with kSplit): both warps of pair P take tiles P, P + pairs, ...
-// in the same order, so the second reads each item from L2 right after the first brought it in.
-struct PairWalk {
-  int tile, sb = 0, ntiles, stride;
-  __device__ PairWalk(const HeadParams& p, int pair, int pairs)
-      : tile(pair), ntiles((p.vocab + kTileRows - 1) / kTileRows), stride(pairs) {}
-  __device__ bool done() const { return tile >= ntiles; }
-  __device__ void step(const HeadParams& p, int) {
-    if (++sb < p.groups) return;
-    sb = 0;
-    tile += stride;
-  }
-};
-
-// kSplit (NT = 1, T > 8): the block's warps form pairs that walk the same tiles, the first warp of
-// a pair computing token slots 0..7, the second 8..15; each item is read from DRAM once and from L2
-// twice, and a warp keeps the 32 accumulators of one token tile instead of 64 (12 warps, not 8).
-template <int NT, int NW, bool kSplit = false>
+template <int NT, int NW>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ PartialBest s_best[NW][kMaxTokens];
-  constexpr int TTOT = kSplit ? 16 : 8 * NT;
+  constexpr int TTOT = 8 * NT;
 
   const int G = p.groups, V = p.vocab;
   const int items = G * TTOT;
@@ -220,13 +200,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
   const int total_warps = gridDim.x * NW;
   const uint8_t* weights = p.stream_n_weights;
 
-  constexpr int kPairs = NW / 2;
-  const int tok0 = kSplit ? 8 * (warp / kPairs) : 0;
-  auto make_walk = [&] {
-    if constexpr (kSplit) return PairWalk(p, blockIdx.x * kPairs + warp % kPairs, gridDim.x * kPairs);
-    else return ItemWalk(p, blockIdx.x * NW + warp, total_warps, lane);
-  };
-  auto walk = make_walk();
+  ItemWalk walk(p, blockIdx.x * NW + warp, total_warps, lane);
   Item buf[2];
   int buf_tile[2], buf_sb[2];
   auto load_next = [&](int d) {
@@ -264,7 +238,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
     for (int d = 0; d < 2; ++d) {
       const int tile = buf_tile[d], sb = buf_sb[d];
       if (tile >= walk.ntiles) { more = false; break; }
-      compute_item<NT, TTOT>(buf[d], sb, s_act, s_bsp, s_yd, lane, tok0, a);
+      compute_item<NT>(buf[d], sb, s_act, s_bsp, s_yd, lane, a);
       load_next(d);
       if (sb == G - 1) {
 #pragma unroll
@@ -273,7 +247,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
           for (int c = 0; c < 2; ++c)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-              finish_row(p, tile, lane, tok0, nt, c, r, a.acc[nt][c][r], a.summs[nt][c][r], best[nt][c]);
+              finish_row(p, tile, lane, nt, c, r, a.acc[nt][c][r], a.summs[nt][c][r], best[nt][c]);
               a.summs[nt][c][r] = 0.0f;
 #pragma unroll
               for (int k = 0; k < 8; ++k) a.acc[nt][c][r][k] = 0.0f;
@@ -282,27 +256,20 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
     }
   }
 
-  finish_tokens<NT, NW>(p, best, s_best, warp, lane, tok0);
+  finish_tokens<NT, NW>(p, best, s_best, warp, lane);
 }
 
-template <int NT, int NW, bool kSplit = false>
+template <int NT, int NW>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  launch_head_kernel<q5k_stream_n_kernel<NT, NW, kSplit>>(dim3(num_sms), dim3(NW * 32),
-                                                          smem_bytes(p.groups, kSplit ? 16 : 8 * NT), pdl, stream, p);
+  launch_head_kernel<q5k_stream_n_kernel<NT, NW>>(dim3(num_sms), dim3(NW * 32), smem_bytes(p.groups, 8 * NT), pdl, stream, p);
 }
 
 }  // namespace
 
 size_t q5k_stream_n_smem(int groups, int tokens) { return smem_bytes(groups, tokens <= 8 ? 8 : 16); }
-// warps: 8, 12 or 16 per block for T <= 8 (one tile of 8 tokens); T > 8 runs two tiles with 8 warps,
-// or (split) split pairs of one token tile each with `warps` warps.
-void launch_q5k_stream_n(const HeadParams& p, int warps, bool split, bool pdl, int num_sms, cudaStream_t stream) {
+// warps: 8, 12 or 16 per block for T <= 8 (one tile of 8 tokens); T > 8 runs two tiles with 8 warps.
+void launch_q5k_stream_n(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
   if (p.T < 1 || p.T > kMaxTokens) throw Error("launch_q5k_stream_n: 1 to 16 tokens per call");
-  if (p.T > 8 && split) {
-    if (warps >= 16) return launch_config<1, 16, true>(p, pdl, num_sms, stream);
-    if (warps >= 12) return launch_config<1, 12, true>(p, pdl, num_sms, stream);
-    return launch_config<1, 8, true>(p, pdl, num_sms, stream);
-  }
   if (p.T > 8) return launch_config<2, 8>(p, pdl, num_sms, stream);
   if (warps >= 16) return launch_config<1, 16>(p, pdl, num_sms, stream);
   if (warps >= 12) return launch_config<1, 12>(p, pdl, num_sms, stream);
