@@ -239,7 +239,7 @@ static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* ct
   __shared__ int s_warp_ids[32][kMaxTied];
   __shared__ int s_warp_found[32];
   const int warp = tid >> 5, lane = tid & 31;
-  constexpr int kSteps = 16;  // float4 loads in flight per lane
+  constexpr int kSteps = 4;  // float4 loads in flight per lane
   const bool aligned = p.vocab % 4 == 0;
   for (int j = 0; j < p.tc; ++j) {
     const int t = p.t0 + j;
