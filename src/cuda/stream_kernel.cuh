@@ -54,6 +54,7 @@ __global__ void __launch_bounds__(NW * 32, 1) stream_head_kernel(const HeadParam
   __syncthreads();
 
   typename F::template State<TT> state(smem, G, lane);
+  if (lane == 0) tile_log_begin(warp);
   PartialBest best[TT];
 #pragma unroll
   for (int t = 0; t < TT; ++t) best[t] = best_empty();
@@ -66,11 +67,14 @@ __global__ void __launch_bounds__(NW * 32, 1) stream_head_kernel(const HeadParam
       if (tile >= walk.ntiles) { more = false; break; }
       state.compute(buf[d], sb);
       load_next(d);
-      if (sb == G - 1) state.finish(p, tile, lane, best);
+      if (sb == G - 1) {
+        state.finish(p, tile, lane, best);
+        if (lane == 0) tile_log_add(warp, tile);
+      }
     }
   }
 
-  finish_block<TT, NW>(p, best);
+  finish_block<TT, NW>(p, best, /*logged=*/true);
 }
 
 template <class F, int TT, int NW, int D>
