@@ -29,9 +29,6 @@ namespace cuda {
 namespace {
 
 constexpr int kPartialBlocksPerSm = 8;
-// Static shared memory a head kernel may use next to its dynamic part (block summaries, tie lists,
-// tile log): what the dynamic-size checks leave free.
-constexpr size_t kStaticSmemAllowance = 16384;
 constexpr size_t kGuard = 1024;         // sentinel floats before and after the device logits
 constexpr uint32_t kGuardWord = 0xA5A5A5A5u;
 
@@ -101,8 +98,6 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemset(logits_store_.get(), 0xA5, logits_store_.bytes()));
     logits_ = logits_store_.get() + kGuard;
     partials_.reset(size_t(num_sms_) * kPartialBlocksPerSm * kMaxTokens);
-    tie_ids_.reset(size_t(num_sms_) * kPartialBlocksPerSm * kMaxTokens * kMaxTied);
-    tie_n_.reset(size_t(num_sms_) * kPartialBlocksPerSm * kMaxTokens);
     counters_.reset(2);
     max_out_.reset(kMaxTokens);
     hidden_.reset(size_t(H) * kMaxTokens);
@@ -257,22 +252,22 @@ class CudaBackend final : public Backend {
     s.float_route = s.format == ActFormat::f16 || s.format == ActFormat::bf16 || s.format == ActFormat::f32;
     MmaConfig mc = mma_config(s.events);
     s.mma = tuning_.use_mma && head_.type == TensorType::Q5_K && s.format == ActFormat::q8_K &&
-            q5k_mma_supported(mc) && q5k_mma_smem(layout_.groups, tokens, mc) + kStaticSmemAllowance <= size_t(smem_optin_);
+            q5k_mma_supported(mc) && q5k_mma_smem(layout_.groups, tokens, mc) + 8192 <= size_t(smem_optin_);
     s.lanes = s.mma && tuning_.lanes_kernel && tokens <= kLanesTokens &&
-              q5k_lanes_smem(layout_.groups, tokens) + kStaticSmemAllowance <= size_t(smem_optin_);
+              q5k_lanes_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
     // Q5_K hands T > stream_max_tokens to its tokens-in-N kernel; the other stream heads run the
     // stream kernel in passes of up to kStreamMaxTokens tokens.
     const bool has_stream_n = stream_n_weights_.size() > 0;
     s.stream = tuning_.stream_kernel && stream_weights_.size() > 0 &&
                s.format == (head_.type == TensorType::Q8_0 ? ActFormat::q8_0 : ActFormat::q8_K) &&
                (!has_stream_n || tokens <= std::min(tuning_.stream_max_tokens, kStreamMaxTokens)) &&
-               stream_smem(std::min(tokens, kStreamMaxTokens)) + kStaticSmemAllowance <= size_t(smem_optin_);
+               stream_smem(std::min(tokens, kStreamMaxTokens)) + 8192 <= size_t(smem_optin_);
     s.stream_n = !s.stream && tuning_.use_mma && tuning_.stream_n_kernel && stream_n_weights_.size() > 0 &&
-                 s.format == ActFormat::q8_K && q5k_stream_n_smem(layout_.groups, tokens) + kStaticSmemAllowance <= size_t(smem_optin_);
+                 s.format == ActFormat::q8_K && q5k_stream_n_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
     if (s.stream || s.stream_n) s.mma = s.lanes = false;
     s.tma = s.stream && head_.type == TensorType::Q5_K && !tuning_.stream_walk_only &&
             (tuning_.stream_tma || (tuning_.tma_from_tokens > 0 && tokens >= tuning_.tma_from_tokens)) &&
-            q5k_tma_smem(layout_.groups, tokens, tuning_.tma_ring) + kStaticSmemAllowance <= size_t(smem_optin_);
+            q5k_tma_smem(layout_.groups, tokens, tuning_.tma_ring) + 8192 <= size_t(smem_optin_);
     const CapParams cp = cap_params(head_, req.softcap);
     s.cap_mode = cp.cap == 0.0f ? kScaleOnly : (req.softcap == SoftcapRoute::fused ? kCapFused : kCapNodes);
     s.k = req.top_k;
@@ -509,8 +504,6 @@ class CudaBackend final : public Backend {
     hp.logits = logits_;
     hp.raw = s.stages ? raw_.get() : nullptr;
     hp.partials = partials_.get();
-    hp.tie_ids = tie_ids_.get();
-    hp.tie_n = tie_n_.get();
     hp.done_counter = counters_.get();
     hp.tile_counter = counters_.get() + 1;
     hp.results = results_.device();
@@ -704,8 +697,6 @@ class CudaBackend final : public Backend {
   DeviceArray<float> logits_store_, raw_, normed_, scaled_, div_, tanh_;
   float* logits_ = nullptr;  // logits_store_ past its leading guard band
   DeviceArray<PartialBest> partials_;
-  DeviceArray<int32_t> tie_ids_;  // per-block tie lists (device_common.cuh, publish_block_ties)
-  DeviceArray<int32_t> tie_n_;
   DeviceArray<unsigned> counters_;
   DeviceArray<float> max_out_;
   DeviceArray<int2> candidates_;

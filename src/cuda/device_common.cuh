@@ -163,148 +163,12 @@ __device__ __forceinline__ PartialBest best_shfl_xor(const PartialBest& b, int m
   return o;
 }
 
-// ---- Tied maxima located per block ----------------------------------------------------------------
-//
-// A kernel that logs the tiles each warp finished (tile_log) lets every block list, per token, the
-// lowest kMaxTied of its own ids that equal its maximum, from its own few hundred rows, in parallel
-// with the other blocks; the last block then merges those lists instead of scanning the whole
-// vocabulary (which costs up to ~25 us per token when saturated logits tie sparsely). A block
-// whose log overflowed, or a kernel that keeps no log, publishes -1 and the last block falls back
-// to the scan.
-constexpr int kLogWarps = 16, kTileLogLength = 32, kBlockHitCap = 256, kListBlocks = 256;
-constexpr int kLogTileRows = 16;  // rows per logged tile (the stream kernels' 16-row tiles)
-
-struct TileLog {
-  int tiles[kLogWarps][kTileLogLength];
-  int count[kLogWarps];
-};
-
-__device__ __forceinline__ TileLog& tile_log() {
-  __shared__ TileLog log;
-  return log;
-}
-// Lane 0 of each warp, before its first tile.
-__device__ __forceinline__ void tile_log_begin(int warp) { tile_log().count[warp] = 0; }
-// Lane 0, after each tile the warp finished.
-__device__ __forceinline__ void tile_log_add(int warp, int tile) {
-  TileLog& log = tile_log();
-  const int c = log.count[warp];
-  if (c < kTileLogLength) log.tiles[warp][c] = tile;
-  log.count[warp] = c + 1;
-}
-
-// Per token of the pass with more than one id at the block's maximum: the block's lowest
-// min(count, kMaxTied) such ids, ascending, in p.tie_ids[block][t0 + j][..], their number in
-// p.tie_n (-1: unknown). After the block's writes of its logits and a __syncthreads.
-static __device__ void publish_block_ties(const HeadParams& p, const PartialBest* cta_best, bool logged) {
-  __shared__ int s_hits[kBlockHitCap];
-  __shared__ int s_nhits;
-  const int tid = threadIdx.x, nwarps_run = blockDim.x >> 5;
-  const TileLog& log = tile_log();
-  bool ok = logged;
-  if (ok)
-    for (int w = 0; w < nwarps_run; ++w) ok = ok && log.count[w] <= kTileLogLength;
-  for (int j = 0; j < p.tc; ++j) {
-    const PartialBest b = cta_best[j];
-    if (b.count <= 1) continue;
-    const size_t slot = size_t(blockIdx.x) * kMaxTokens + p.t0 + j;
-    if (!ok || b.count > kBlockHitCap || b.max != b.max) {
-      if (tid == 0) p.tie_n[slot] = -1;
-      continue;
-    }
-    if (tid == 0) s_nhits = 0;
-    __syncthreads();
-    const float* row_logits = p.logits + size_t(p.t0 + j) * p.vocab;
-    // Every (warp, logged tile, row) of the block: one candidate row per thread and step.
-    const int rows = nwarps_run * kTileLogLength * kLogTileRows;
-    for (int f = tid; f < rows; f += blockDim.x) {
-      const int w = f / (kTileLogLength * kLogTileRows), i = (f / kLogTileRows) % kTileLogLength, r = f % kLogTileRows;
-      if (i >= log.count[w]) continue;
-      const int row = log.tiles[w][i] * kLogTileRows + r;
-      if (row < p.vocab && __ldcg(row_logits + row) == b.max) {
-        const int k = atomicAdd(&s_nhits, 1);
-        if (k < kBlockHitCap) s_hits[k] = row;
-      }
-    }
-    __syncthreads();
-    const int n = min(s_nhits, kBlockHitCap);
-    // Ranks among distinct ids: the lowest kMaxTied land in place.
-    for (int i = tid; i < n; i += blockDim.x) {
-      const int id = s_hits[i];
-      int rank = 0;
-      for (int k = 0; k < n; ++k) rank += s_hits[k] < id;
-      if (rank < kMaxTied) p.tie_ids[slot * kMaxTied + rank] = id;
-    }
-    if (tid == 0) p.tie_n[slot] = n == b.count ? min(n, kMaxTied) : -1;
-    __syncthreads();
-  }
-}
-
-// The last block, for token t whose maximum maxv is shared: the lowest `want` tied ids into out from
-// the blocks' lists. Every id of the answer is at most tau, the want-th smallest of the contributing
-// blocks' lowest tied ids (those are tied ids themselves), and sits among its block's listed lowest
-// kMaxTied; so the candidates are the listed ids <= tau of at most `want` blocks (<= 256), ranked.
-// Returns false (block-uniform) when a contributing block has no list: the caller scans.
-static __device__ bool merge_block_ties(const HeadParams& p, int t, float maxv, int want, int* out) {
-  __shared__ int s_min[kListBlocks];
-  __shared__ int s_cand[kMaxTied * kMaxTied];
-  __shared__ int s_ncand, s_ok, s_tau;
-  const int tid = threadIdx.x, nb = gridDim.x;
-  if (nb > kListBlocks || maxv != maxv) return false;
-  if (tid == 0) { s_ok = 1; s_ncand = 0; s_tau = 0x7fffffff; }
-  __syncthreads();
-  for (int c = tid; c < nb; c += blockDim.x) {
-    const PartialBest* src = &p.partials[c * kMaxTokens + t];
-    const int count = __ldcg(&src->count);
-    const bool in = count > 0 && __ldcg(&src->max) == maxv;
-    s_min[c] = in ? __ldcg(&src->id) : 0x7fffffff;
-    if (in && count > 1 && __ldcg(&p.tie_n[c * kMaxTokens + t]) < 0) s_ok = 0;
-  }
-  __syncthreads();
-  const bool ok = s_ok != 0;
-  __syncthreads();
-  if (!ok) return false;
-  for (int c = tid; c < nb; c += blockDim.x) {
-    const int v = s_min[c];
-    if (v == 0x7fffffff) continue;
-    int rank = 0;
-    for (int k = 0; k < nb; ++k) rank += s_min[k] < v;
-    if (rank == want - 1) s_tau = v;
-  }
-  __syncthreads();
-  const int tau = s_tau;
-  for (int c = tid; c < nb; c += blockDim.x) {
-    const int v = s_min[c];
-    if (v == 0x7fffffff || v > tau) continue;
-    const int count = __ldcg(&p.partials[c * kMaxTokens + t].count);
-    if (count == 1) {
-      s_cand[atomicAdd(&s_ncand, 1)] = v;
-      continue;
-    }
-    const int n = __ldcg(&p.tie_n[c * kMaxTokens + t]);
-    for (int i = 0; i < n; ++i) {
-      const int id = __ldcg(&p.tie_ids[(size_t(c) * kMaxTokens + t) * kMaxTied + i]);
-      if (id <= tau) s_cand[atomicAdd(&s_ncand, 1)] = id;
-    }
-  }
-  __syncthreads();
-  const int n = s_ncand;
-  for (int i = tid; i < n; i += blockDim.x) {
-    const int id = s_cand[i];
-    int rank = 0;
-    for (int k = 0; k < n; ++k) rank += s_cand[k] < id;
-    if (rank < want) out[rank] = id;
-  }
-  __syncthreads();
-  return true;
-}
-
-static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* cta_best, bool logged);
+static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* cta_best);
 
 // The block's summary per token: s_best[w][t] holds warp w's (w < nw, t < ntok), merged in warp
 // order; then publish_and_finalize. Every thread of the block calls it.
 static __device__ void merge_warps_and_finalize(const HeadParams& p, const PartialBest (*s_best)[kMaxTokens], int nw,
-                                                int ntok, bool logged = false) {
+                                                int ntok) {
   __shared__ PartialBest s_cta[kMaxTokens];
   __syncthreads();
   if (int(threadIdx.x) < ntok) {
@@ -313,12 +177,12 @@ static __device__ void merge_warps_and_finalize(const HeadParams& p, const Parti
     s_cta[threadIdx.x] = b;
   }
   __syncthreads();
-  publish_and_finalize(p, s_cta, logged);
+  publish_and_finalize(p, s_cta);
 }
 
 // The same when every lane of a warp holds a partial summary of each of TT tokens.
 template <int TT, int NW>
-__device__ void finish_block(const HeadParams& p, const PartialBest (&best)[TT], bool logged = false) {
+__device__ void finish_block(const HeadParams& p, const PartialBest (&best)[TT]) {
   __shared__ PartialBest s_best[NW][kMaxTokens];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
@@ -328,21 +192,19 @@ __device__ void finish_block(const HeadParams& p, const PartialBest (&best)[TT],
     for (int m = 1; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
     if (lane == 0) s_best[warp][t] = b;
   }
-  merge_warps_and_finalize(p, s_best, NW, TT, logged);
+  merge_warps_and_finalize(p, s_best, NW, TT);
 }
 
 // Every head kernel ends here with its block's summary per token of the pass in cta_best[0..tc).
 // The block publishes it; the last block to finish merges all blocks' partials, finds the lowest
 // tied ids from the stored logits when a maximum is shared, writes the per-token results and resets
 // the counters for the next launch. Must be called by every thread of the block.
-static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* cta_best /* shared, [kMaxTokens] */,
-                                            bool logged) {
+static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* cta_best /* shared, [kMaxTokens] */) {
   __shared__ unsigned s_last;
   __shared__ int s_found;
   __shared__ int s_ids[kMaxTied];
   const int tid = threadIdx.x;
   if (tid < p.tc) p.partials[blockIdx.x * kMaxTokens + p.t0 + tid] = cta_best[tid];
-  publish_block_ties(p, cta_best, logged);
   __threadfence();
   __syncthreads();
   if (tid == 0) s_last = (atomicAdd(p.done_counter, 1u) == gridDim.x - 1) ? 1u : 0u;
@@ -383,10 +245,8 @@ static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* ct
     const int t = p.t0 + j;
     const PartialBest b = cta_best[j];
     int n_found = b.count <= 1 ? 1 : 0;
-    const int want = b.count < kMaxTied ? b.count : kMaxTied;
-    if (b.count > 1 && merge_block_ties(p, t, b.max, want, s_ids)) {
-      if (tid == 0) s_found = want;
-    } else if (b.count > 1) {
+    if (b.count > 1) {
+      const int want = b.count < kMaxTied ? b.count : kMaxTied;
       const float* row = p.logits + size_t(t) * p.vocab;
       const int seg = (p.vocab + nwarps * 512 - 1) / (nwarps * 512) * 512;
       const int lo = min(p.vocab, warp * seg), hi = min(p.vocab, lo + seg);

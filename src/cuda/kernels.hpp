@@ -83,8 +83,6 @@ struct HeadParams {
   float* logits = nullptr;           // [kMaxTokens][vocab] capped (always written)
   float* raw = nullptr;              // optional [kMaxTokens][vocab] raw logits (stages)
   PartialBest* partials = nullptr;   // [gridDim.x][kMaxTokens]
-  int32_t* tie_ids = nullptr;        // [gridDim.x][kMaxTokens][kMaxTied] a block's lowest ids at its maximum
-  int32_t* tie_n = nullptr;          // [gridDim.x][kMaxTokens] their number, -1 unknown (only when count > 1)
   unsigned* done_counter = nullptr;  // last-block detection, reset by the last block
   unsigned* tile_counter = nullptr;  // dynamic tile hand-out, reset by the last block
   TokenResult* results = nullptr;    // [kMaxTokens] mapped host memory

@@ -180,7 +180,7 @@ __device__ void finish_tokens(const HeadParams& p, PartialBest (&best)[NT][2], P
       for (int m = 4; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
       if (g == 0) s_best[warp][8 * nt + 2 * q + c] = b;
     }
-  merge_warps_and_finalize(p, s_best, NW, p.T, /*logged=*/true);
+  merge_warps_and_finalize(p, s_best, NW, p.T);
 }
 
 template <int NT, int NW>
@@ -189,13 +189,14 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
   __shared__ PartialBest s_best[NW][kMaxTokens];
   constexpr int TTOT = 8 * NT;
 
-  const int G = p.groups;
+  const int G = p.groups, V = p.vocab;
   const int items = G * TTOT;
   uint32_t* s_act = reinterpret_cast<uint32_t*>(smem);
   uint4* s_bsp = reinterpret_cast<uint4*>(s_act + size_t(items) * kTokenWords);
   float* s_yd = reinterpret_cast<float*>(s_bsp + items);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, q = lane & 3;
   const int total_warps = gridDim.x * NW;
   const uint8_t* weights = p.stream_n_weights;
 
@@ -216,7 +217,6 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
   stage_tokens<TTOT>(p, s_act, s_bsp, s_yd, items);
   __syncthreads();
 
-  if (lane == 0) tile_log_begin(warp);
   PartialBest best[NT][2];
   Acc<NT> a;
 #pragma unroll
@@ -252,7 +252,6 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
 #pragma unroll
               for (int k = 0; k < 8; ++k) a.acc[nt][c][r][k] = 0.0f;
             }
-        if (lane == 0) tile_log_add(warp, tile);
       }
     }
   }

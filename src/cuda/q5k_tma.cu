@@ -101,7 +101,6 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p)
 
   pdl_wait();
   stage_activations<TT>(p, smem + size_t(NW) * S * kStageBytes);
-  if (lane == 0) tile_log_begin(warp);
   __syncthreads();
 
   const int act_off = act_offset(lane);
@@ -142,13 +141,10 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p)
     issue(slot);  // refill the stage while this item is computed from registers
 
     compute_item<TT>(it, sb, act, act_off, acc, summs);
-    if (sb == G - 1) {
-      finish_tile<TT>(p, tile, lane, acc, summs, best);
-      if (lane == 0) tile_log_add(warp, tile);
-    }
+    if (sb == G - 1) finish_tile<TT>(p, tile, lane, acc, summs, best);
     slot = slot + 1 == S ? 0 : slot + 1;
   }
-  finish_block<TT, NW>(p, best, /*logged=*/true);
+  finish_block<TT, NW>(p, best);
 }
 
 template <int TT, int NW, int S>

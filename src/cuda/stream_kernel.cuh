@@ -54,7 +54,6 @@ __global__ void __launch_bounds__(NW * 32, 1) stream_head_kernel(const HeadParam
   __syncthreads();
 
   typename F::template State<TT> state(smem, G, lane);
-  if (lane == 0) tile_log_begin(warp);
   PartialBest best[TT];
 #pragma unroll
   for (int t = 0; t < TT; ++t) best[t] = best_empty();
@@ -67,14 +66,11 @@ __global__ void __launch_bounds__(NW * 32, 1) stream_head_kernel(const HeadParam
       if (tile >= walk.ntiles) { more = false; break; }
       state.compute(buf[d], sb);
       load_next(d);
-      if (sb == G - 1) {
-        state.finish(p, tile, lane, best);
-        if (lane == 0) tile_log_add(warp, tile);
-      }
+      if (sb == G - 1) state.finish(p, tile, lane, best);
     }
   }
 
-  finish_block<TT, NW>(p, best, /*logged=*/true);
+  finish_block<TT, NW>(p, best);
 }
 
 template <class F, int TT, int NW, int D>
