@@ -462,6 +462,32 @@ TEST(CudaBackend, SaturatedCapTies) {
   }
 }
 
+// A few ids tied far apart (four copies of one row, every other row zero): the last block's tie scan
+// must walk far to find them, in id order; the default kernel of every T.
+TEST(CudaBackend, SparseTiesFarApart) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 14);
+  const int64_t V = 40099, H = 512;
+  RandomHead head = random_head(TensorType::Q5_K, V, H, rng);
+  const size_t rb = head.view.row_bytes;
+  for (int64_t r = 1; r < V; ++r) std::memset(head.weights.data() + size_t(r) * rb, 0, rb);
+  for (int64_t r : {int64_t(17), int64_t(20000), V - 1})
+    std::memcpy(head.weights.data() + size_t(r) * rb, head.weights.data(), rb);
+  auto scalar = make_scalar_backend(head.view);
+  auto gpu = make_cuda_backend(head.view, 1);
+  ForwardRequest req;
+  req.want_logits = true;
+  int sparse = 0;
+  for (int T : {1, 2, 3, 8, 16}) {
+    const std::vector<float> hidden = random_hidden(T, H, rng);
+    const ForwardOutput ref = run(*scalar, hidden, T, req);
+    const ForwardOutput got = run(*gpu, hidden, T, req);
+    for (const auto& s : ref.summaries) sparse += s.tie_count == 4;
+    expect_same(ref, got, req, "sparse ties " + cuda::last_call(*gpu).kernel + " T=" + std::to_string(T));
+  }
+  EXPECT_GT(sparse, 0) << "no token had the four copies as its maximum";
+}
+
 TEST(CudaBackend, BatchInvariance) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(seed_of_this_run() + 6);
