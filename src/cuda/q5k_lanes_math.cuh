@@ -255,6 +255,23 @@ __device__ __forceinline__ void finish_lanes_tile(const HeadParams& p, int tile,
     }
 }
 
+// The float lanes of a thread for the formats without a mins term (Q6_K, Q8_0): zeroed at the
+// start, finished per tile with the hsum alone.
+template <int TT>
+struct PlainLanes {
+  float acc[TT][2][2];  // [token][row g, g+8][lane 2q + c]
+  __device__ PlainLanes() {
+#pragma unroll
+    for (int t = 0; t < TT; ++t)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) acc[t][r][0] = acc[t][r][1] = 0.0f;
+  }
+  __device__ void finish(const HeadParams& p, int tile, int lane, PartialBest (&best)[TT]) {
+    float no_mins[TT][2][1];
+    finish_lanes_tile<TT, 0>(p, tile, lane, acc, no_mins, best);
+  }
+};
+
 template <int TT, bool kQ4 = false>
 __device__ __forceinline__ void finish_tile(const HeadParams& p, int tile, int lane, float (&acc)[TT][2][2],
                                             float (&summs)[TT][2][kMinLanes<kQ4>], PartialBest (&best)[TT]) {

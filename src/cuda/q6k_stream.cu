@@ -74,18 +74,14 @@ struct Q6Stream {
   }
 
   template <int TT>
-  struct State {
+  struct State : PlainLanes<TT> {
+    using PlainLanes<TT>::acc;
     Q6Smem<TT> act;
     int act_off, q;
-    int up[2];            // left shift that puts scale byte 2h + q / 2 of a word at the top
-    float acc[TT][2][2];  // [token][row g, g+8][lane 2q + c]
+    int up[2];  // left shift that puts scale byte 2h + q / 2 of a word at the top
     __device__ State(uint8_t* smem, int groups, int lane) : act(smem, groups), act_off(act_offset(lane)), q(lane & 3) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) up[h] = 24 - 8 * (2 * h + (q >> 1));
-#pragma unroll
-      for (int t = 0; t < TT; ++t)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) acc[t][r][0] = acc[t][r][1] = 0.0f;
     }
 
     __device__ void compute(const Item& it, int sb) {
@@ -145,11 +141,6 @@ struct Q6Stream {
         for (int r = 0; r < 2; ++r)
 #pragma unroll
           for (int c = 0; c < 2; ++c) acc[t][r][c] = __fmaf_rn(dq[t][r], __int2float_rn(isum[t][r][c]), acc[t][r][c]);
-    }
-
-    __device__ void finish(const HeadParams& p, int tile, int lane, PartialBest (&best)[TT]) {
-      float no_mins[TT][2][1];
-      finish_lanes_tile<TT, 0>(p, tile, lane, acc, no_mins, best);
     }
   };
 };

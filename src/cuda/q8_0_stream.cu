@@ -62,16 +62,11 @@ struct Q80Stream {
   }
 
   template <int TT>
-  struct State {
+  struct State : PlainLanes<TT> {
+    using PlainLanes<TT>::acc;
     Q80Smem<TT> act;
     int act_off;
-    float acc[TT][2][2];  // [token][row g, g+8][lane 2q + c]
-    __device__ State(uint8_t* smem, int groups, int lane) : act(smem, groups), act_off(act_offset(lane)) {
-#pragma unroll
-      for (int t = 0; t < TT; ++t)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) acc[t][r][0] = acc[t][r][1] = 0.0f;
-    }
+    __device__ State(uint8_t* smem, int groups, int lane) : act(smem, groups), act_off(act_offset(lane)) {}
 
     __device__ void compute(const Item& it, int sb) {
       uint4 bp[TT][4], ad[TT][2];
@@ -107,11 +102,6 @@ struct Q80Stream {
           }
         }
       }
-    }
-
-    __device__ void finish(const HeadParams& p, int tile, int lane, PartialBest (&best)[TT]) {
-      float no_mins[TT][2][1];
-      finish_lanes_tile<TT, 0>(p, tile, lane, acc, no_mins, best);
     }
   };
 };
