@@ -50,9 +50,12 @@ struct Shape {
 
   std::string key(const Tuning& t) const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d | %d %d %d %d %d %d %d %d %d", T, mma, lanes, stream, tma, stream_n, float_route,
-                  int(format), cap_mode, k, logprobs, logits, stages, events, t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2,
-                  t.stage_events, t.force_sequential_norm, t.stream_warps, t.stream_tma * 100 + t.tma_ring * 10 + t.stream_n_kernel, t.stream_n_warps * 10 + t.stream_walk_only + 100 * t.tma_from_tokens + 10000 * (t.stream_warps_t2 + 1));
+    std::snprintf(buf, sizeof buf,
+                  "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d | %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", T, mma,
+                  lanes, stream, tma, stream_n, float_route, int(format), cap_mode, k, logprobs, logits, stages, events,
+                  t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2, t.stage_events, t.force_sequential_norm, t.stream_warps,
+                  t.stream_tma, t.tma_ring, t.stream_n_kernel, t.stream_n_warps, t.stream_walk_only, t.tma_from_tokens,
+                  t.stream_warps_t2, t.stream_max_tokens);
     return buf;
   }
 };

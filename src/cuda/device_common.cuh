@@ -109,6 +109,13 @@ __device__ __forceinline__ void mma_s8s8(int (&d)[4], uint32_t a0, uint32_t a1, 
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
 }
 
+// float(8 D1 + D0) from the two scale planes' accumulators, both started at kMagicBits (each read as
+// the float M + D): 8 (M + D1) - 9M is exact (a multiple of 8 below 2^25), and adding M + D0 gives
+// 8 D1 + D0, an integer below 2^24, exactly.
+__device__ __forceinline__ float plane_isum(int d1, int d0) {
+  return __fadd_rn(__fmaf_rn(8.0f, __int_as_float(d1), -9.0f * kMagic), __int_as_float(d0));
+}
+
 __device__ __forceinline__ uint32_t byte_of(uint32_t w, int b) { return (w >> (8 * b)) & 0xFFu; }
 
 // 6-bit scales and mins of a Q4_K / Q5_K block from its header words (numerics.md §3), as packed bytes.

@@ -23,25 +23,31 @@ __device__ __forceinline__ float f16_scale(uint32_t h16) {
   return __half2float(__ushort_as_half(uint16_t(h16 & 0xFFFFu)));
 }
 
-// The activations in dynamic shared memory: a zero run, then per (super-block, token) the q8 bytes
-// in lane runs (64 words), the sub-block sums in int16 pairs, and y.d.
+// The head of every lanes-split format's dynamic shared memory: a zero run, then the lane runs of
+// `items` (super-block, token) pairs (stage_lane_runs); the format's own arrays start at tail().
+__host__ __device__ inline size_t lane_runs_bytes(size_t items) { return kZeroWords * 4 + items * stream::kActWords * 4; }
+
+struct LaneRuns {
+  uint32_t* zero;  // [kZeroWords]
+  uint32_t* act;   // [items][kActWords]
+  int items;
+  __device__ LaneRuns(uint8_t* smem, int items_)
+      : zero(reinterpret_cast<uint32_t*>(smem)), act(zero + kZeroWords), items(items_) {}
+  __device__ uint8_t* tail() const { return reinterpret_cast<uint8_t*>(act + size_t(items) * stream::kActWords); }
+};
+
+// Q5_K / Q4_K: after the lane runs, per (super-block, token) the sub-block sums in int16 pairs and y.d.
 __host__ __device__ inline size_t act_smem_bytes(int groups, int tt) {
   const size_t items = size_t(groups) * tt;
-  return kZeroWords * 4 + items * (stream::kActWords * 4 + 16) + (items + 3) / 4 * 16;
+  return lane_runs_bytes(items) + items * 16 + (items + 3) / 4 * 16;
 }
 
 template <int TT>
-struct ActSmem {
-  uint32_t* zero;  // [kZeroWords]
-  uint32_t* act;   // [G][TT][64]
-  uint4* bsp;      // [G][TT]
-  float* yd;       // [G][TT]
-  int items;
-  __device__ ActSmem(uint8_t* smem, int groups) {
-    items = groups * TT;
-    zero = reinterpret_cast<uint32_t*>(smem);
-    act = zero + kZeroWords;
-    bsp = reinterpret_cast<uint4*>(act + size_t(items) * stream::kActWords);
+struct ActSmem : LaneRuns {
+  uint4* bsp;  // [G][TT]
+  float* yd;   // [G][TT]
+  __device__ ActSmem(uint8_t* smem, int groups) : LaneRuns(smem, groups * TT) {
+    bsp = reinterpret_cast<uint4*>(tail());
     yd = reinterpret_cast<float*>(bsp + items);
   }
 };
@@ -55,7 +61,10 @@ struct ActSmem {
 // loads then give the thread all eight pairs in MMA order; every other thread loads zeros. Every
 // load of a batch is issued before any store (one L2 round trip per batch, paid once per call).
 template <int TT>
-__device__ void stage_lane_runs(const HeadParams& p, uint32_t* zero, uint32_t* runs, int items) {
+__device__ void stage_lane_runs(const HeadParams& p, const LaneRuns& lr) {
+  uint32_t* zero = lr.zero;
+  uint32_t* runs = lr.act;
+  const int items = lr.items;
   for (int i = threadIdx.x; i < kZeroWords; i += blockDim.x) zero[i] = 0;
   constexpr int kBatch = 4;
   const int chunks = items * 16;
@@ -88,7 +97,7 @@ __device__ void stage_lane_runs(const HeadParams& p, uint32_t* zero, uint32_t* r
 template <int TT>
 __device__ void stage_activations(const HeadParams& p, uint8_t* smem) {
   const ActSmem<TT> a(smem, p.groups);
-  stage_lane_runs<TT>(p, a.zero, a.act, a.items);
+  stage_lane_runs<TT>(p, a);
   for (int i = threadIdx.x; i < a.items; i += blockDim.x) {
     const int sb = i / TT, t = i - sb * TT;
     a.yd[i] = p.act_d[size_t(sb) * kMaxTokens + p.t0 + t];
@@ -168,12 +177,7 @@ __device__ __forceinline__ void item_sums(const Item& it, int sb, const ActSmem<
     for (int r = 0; r < 2; ++r) isum[t][r][0] = isum[t][r][1] = 0;
 
   uint32_t w[2][10];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    w[r][0] = it.w03[r].x; w[r][1] = it.w03[r].y; w[r][2] = it.w03[r].z; w[r][3] = it.w03[r].w;
-    w[r][4] = it.w47[r].x; w[r][5] = it.w47[r].y; w[r][6] = it.w47[r].z; w[r][7] = it.w47[r].w;
-    w[r][8] = it.w89[r].x; w[r][9] = it.w89[r].y;
-  }
+  item_words(it, w);
 
 #pragma unroll
   for (int j = 0; j < 8; ++j) {

@@ -267,10 +267,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
         for (int c = 0; c < CT; ++c)
 #pragma unroll
           for (int rr = 0; rr < 2; ++rr) {
-            // (8 * (M + D1) - 9M) is exact (a multiple of 8 below 2^25); adding M + D0 gives 8 D1 + D0.
-            const float u = __fmaf_rn(8.0f, __int_as_float(d1[2 * rr + c]), -9.0f * kMagic);
-            const float isum = __fadd_rn(u, __int_as_float(d0[2 * rr + c]));
-            acc[nt][c][rr][k] = __fmaf_rn(dq[nt][c][rr], isum, acc[nt][c][rr][k]);
+            acc[nt][c][rr][k] = __fmaf_rn(dq[nt][c][rr], plane_isum(d1[2 * rr + c], d0[2 * rr + c]), acc[nt][c][rr][k]);
           }
       }
     }

@@ -84,12 +84,7 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
   }
 
   uint32_t w[2][10];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    w[r][0] = it.w03[r].x; w[r][1] = it.w03[r].y; w[r][2] = it.w03[r].z; w[r][3] = it.w03[r].w;
-    w[r][4] = it.w47[r].x; w[r][5] = it.w47[r].y; w[r][6] = it.w47[r].z; w[r][7] = it.w47[r].w;
-    w[r][8] = it.w89[r].x; w[r][9] = it.w89[r].y;
-  }
+  item_words(it, w);
 
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
@@ -112,10 +107,7 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
       for (int c = 0; c < 2; ++c)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          // (8 (M + D1) - 9M) is exact (a multiple of 8 below 2^25); adding M + D0 gives 8 D1 + D0.
-          const float u = __fmaf_rn(8.0f, __int_as_float(d1[2 * r + c]), -9.0f * kMagic);
-          const float isum = __fadd_rn(u, __int_as_float(d0[2 * r + c]));
-          a.acc[nt][c][r][k] = __fmaf_rn(dq[nt][c][r], isum, a.acc[nt][c][r][k]);
+          a.acc[nt][c][r][k] = __fmaf_rn(dq[nt][c][r], plane_isum(d1[2 * r + c], d0[2 * r + c]), a.acc[nt][c][r][k]);
         }
     }
   }
@@ -189,14 +181,13 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
   __shared__ PartialBest s_best[NW][kMaxTokens];
   constexpr int TTOT = 8 * NT;
 
-  const int G = p.groups, V = p.vocab;
+  const int G = p.groups;
   const int items = G * TTOT;
   uint32_t* s_act = reinterpret_cast<uint32_t*>(smem);
   uint4* s_bsp = reinterpret_cast<uint4*>(s_act + size_t(items) * kTokenWords);
   float* s_yd = reinterpret_cast<float*>(s_bsp + items);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, q = lane & 3;
   const int total_warps = gridDim.x * NW;
   const uint8_t* weights = p.stream_n_weights;
 

@@ -23,16 +23,11 @@ using namespace lanes_math;
 // Shared memory: the lane runs, then per (super-block, token) the accumulator starts
 // -32 * sum(q8 word (j, k)) at [q = k / 2][j][k % 2] (one thread's four 16-byte loads) and y.d.
 template <int TT>
-struct Q6Smem {
-  uint32_t* zero;  // [kZeroWords]
-  uint32_t* act;   // [items][kActWords]
-  int* start;      // [items][64]
-  float* yd;       // [items]
-  int items;
-  __device__ Q6Smem(uint8_t* smem, int groups) : items(groups * TT) {
-    zero = reinterpret_cast<uint32_t*>(smem);
-    act = zero + kZeroWords;
-    start = reinterpret_cast<int*>(act + size_t(items) * stream::kActWords);
+struct Q6Smem : LaneRuns {
+  int* start;  // [items][64]
+  float* yd;   // [items]
+  __device__ Q6Smem(uint8_t* smem, int groups) : LaneRuns(smem, groups * TT) {
+    start = reinterpret_cast<int*>(tail());
     yd = reinterpret_cast<float*>(start + size_t(items) * 64);
   }
 };
@@ -56,12 +51,12 @@ struct Q6Stream {
   }
   __host__ __device__ static size_t smem_bytes(int groups, int tt) {
     const size_t items = size_t(groups) * tt;
-    return kZeroWords * 4 + items * (stream::kActWords * 4 + 64 * 4 + 4);
+    return lane_runs_bytes(items) + items * (64 * 4 + 4);
   }
   template <int TT>
   __device__ static void stage(const HeadParams& p, uint8_t* smem) {
     const Q6Smem<TT> a(smem, p.groups);
-    stage_lane_runs<TT>(p, a.zero, a.act, a.items);
+    stage_lane_runs<TT>(p, a);
     for (int i = threadIdx.x; i < a.items * 64; i += blockDim.x) {
       const int it = i >> 6, w = i & 63, j = w >> 3, k = w & 7, sb = it / TT, t = it - sb * TT;
       const int word = *reinterpret_cast<const int*>(p.act_qs + (size_t(sb) * kMaxTokens + p.t0 + t) * kActPitch + 32 * j + 4 * k);

@@ -20,16 +20,9 @@ using namespace lanes_math;
 
 // Shared memory: the lane runs, then per (item of 256 elements, token) the eight blocks' f32(a.d).
 template <int TT>
-struct Q80Smem {
-  uint32_t* zero;  // [kZeroWords]
-  uint32_t* act;   // [items][kActWords]
-  float* ad;       // [items][8]
-  int items;
-  __device__ Q80Smem(uint8_t* smem, int groups) : items(groups * TT) {
-    zero = reinterpret_cast<uint32_t*>(smem);
-    act = zero + kZeroWords;
-    ad = reinterpret_cast<float*>(act + size_t(items) * stream::kActWords);
-  }
+struct Q80Smem : LaneRuns {
+  float* ad;  // [items][8]
+  __device__ Q80Smem(uint8_t* smem, int groups) : LaneRuns(smem, groups * TT), ad(reinterpret_cast<float*>(tail())) {}
 };
 
 struct Q80Stream {
@@ -49,12 +42,12 @@ struct Q80Stream {
   }
   __host__ __device__ static size_t smem_bytes(int groups, int tt) {
     const size_t items = size_t(groups) * tt;
-    return kZeroWords * 4 + items * (stream::kActWords * 4 + 8 * 4);
+    return lane_runs_bytes(items) + items * 8 * 4;
   }
   template <int TT>
   __device__ static void stage(const HeadParams& p, uint8_t* smem) {
     const Q80Smem<TT> a(smem, p.groups);
-    stage_lane_runs<TT>(p, a.zero, a.act, a.items);
+    stage_lane_runs<TT>(p, a);
     for (int i = threadIdx.x; i < a.items * 8; i += blockDim.x) {
       const int it = i >> 3, b = i & 7, sb = it / TT, t = it - sb * TT;
       a.ad[i] = p.act_d[(size_t(sb) * 8 + b) * kMaxTokens + p.t0 + t];

@@ -44,6 +44,16 @@ struct Item {
   uint4 h[2];
 };
 
+// A Q5_K item's ten packed words W0..W9 of rows g, g + 8 (stream::level_word decodes them).
+__device__ __forceinline__ void item_words(const Item& it, uint32_t (&w)[2][10]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    w[r][0] = it.w03[r].x; w[r][1] = it.w03[r].y; w[r][2] = it.w03[r].z; w[r][3] = it.w03[r].w;
+    w[r][4] = it.w47[r].x; w[r][5] = it.w47[r].y; w[r][6] = it.w47[r].z; w[r][7] = it.w47[r].w;
+    w[r][8] = it.w89[r].x; w[r][9] = it.w89[r].y;
+  }
+}
+
 template <bool kQ4>
 __device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lane) {
   const int g = lane >> 2;
