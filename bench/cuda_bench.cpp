@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/sharding.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "cuda/multi_gpu.hpp"
 #include "quant/blocks.hpp"
 
 using namespace lmhead;
@@ -165,6 +167,70 @@ int profile(const std::string& mode) {
   return 0;
 }
 
+// --multi: the two-GPU split taken apart (issue 6). Per T, medians of the same calls through
+// (a) the whole head on GPU 0, (b) each shard alone on its own GPU, (c) both shards through the
+// multi-GPU backend. (b) against (a) is how the shard's own call scales with its rows (kernel
+// body against the per-call fixed part); (c) against the slower of (b) is what driving two GPUs at
+// once adds. The shard backends also report their host phases (copy, launch, wait).
+int multi(int runs) {
+  if (cuda::device_count() < 2) {
+    std::printf("--multi needs two GPUs, this machine has %d\n", cuda::device_count());
+    return 1;
+  }
+  Head q5 = make_head(TensorType::Q5_K, 1);
+  const double bytes = double(q5.view.vocab) * double(q5.view.row_bytes);
+  const double ceiling = measure_cuda_read_ceiling_gbps(uint64_t(4) << 30);
+  const std::vector<int64_t> b = plan_shards(q5.view.vocab, 2);
+  std::printf("multi: Q5_K head %lld rows, %.0f B per pass, shards [0, %lld) and [%lld, %lld); ceiling (GPU 0) %.1f GB/s\n",
+              (long long)q5.view.vocab, bytes, (long long)b[1], (long long)b[1], (long long)b[2], ceiling);
+  auto one = make_cuda_backend_on_device(q5.view, 0);
+  auto s0 = make_cuda_backend_on_device(shard_view(q5.view, b[0], b[1]), 0);
+  auto s1 = make_cuda_backend_on_device(shard_view(q5.view, b[1], b[2]), 1);
+  auto both = make_multi_gpu_backend(q5.view, 2, 2);
+  auto median = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
+  struct Phases { double wall, copy, launch, wait, total; };
+  auto time_calls = [&](Backend& be, int T, bool phases) {
+    const std::vector<float> hidden = make_hidden(T, 77 + T);
+    ForwardOutput out;
+    ForwardRequest req;
+    for (int i = 0; i < 5; ++i) be.forward(hidden.data(), T, req, out);
+    std::vector<double> wall, copy, launch, wait, total;
+    for (int i = 0; i < runs; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      be.forward(hidden.data(), T, req, out);
+      const auto t1 = std::chrono::steady_clock::now();
+      wall.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      if (phases) {
+        const cuda::CallInfo c = cuda::last_call(be);
+        copy.push_back(c.copy_us);
+        launch.push_back(c.launch_us);
+        wait.push_back(c.wait_us);
+        total.push_back(c.total_us);
+      }
+    }
+    Phases p{median(wall), 0, 0, 0, 0};
+    if (phases) p = {p.wall, median(copy), median(launch), median(wait), median(total)};
+    return p;
+  };
+  std::printf("\n| T | ratio 1 GPU | ratio 2 GPUs | 1 GPU us | shard 0 alone us | shard 1 alone us | 2 GPUs us | 2 GPUs / 1 | slower shard / 1 | 2 GPUs - slower shard us |"
+              " shard 0: copy / launch / wait / rest us | 1 GPU: copy / launch / wait / rest us |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int T : {1, 2, 4, 8, 16}) {
+    const Phases a = time_calls(*one, T, true);
+    const Phases p0 = time_calls(*s0, T, true);
+    const Phases p1 = time_calls(*s1, T, true);
+    const Phases c = time_calls(*both, T, false);
+    const double slower = std::max(p0.wall, p1.wall);
+    // ratio = head bytes / wall time / one GPU's read ceiling (2 GPUs can exceed 1).
+    std::printf("| %d | %.3f | %.3f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.1f | %.1f / %.1f / %.1f / %.1f | %.1f / %.1f / %.1f / %.1f |\n", T,
+                bytes / (a.wall * 1e3) / ceiling, bytes / (c.wall * 1e3) / ceiling, a.wall, p0.wall, p1.wall, c.wall, c.wall / a.wall, slower / a.wall, c.wall - slower, p0.copy, p0.launch,
+                p0.wait, p0.total - p0.copy - p0.launch - p0.wait, a.copy, a.launch, a.wait,
+                a.total - a.copy - a.launch - a.wait);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   const bool types_only = argc > 1 && std::string(argv[1]) == "--types";  // only the Q4_K / Q6_K / Q8_0 heads
@@ -174,6 +240,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (argc > 2 && std::string(argv[1]) == "--profile") return profile(argv[2]);
+  if (argc > 1 && std::string(argv[1]) == "--multi") return multi(argc > 2 ? std::stoi(argv[2]) : 200);
   try {
     const double ceiling = measure_cuda_read_ceiling_gbps(uint64_t(4) << 30);
     std::printf("ceiling: read-only stream of 4 GiB: %.1f GB/s\n", ceiling);

@@ -122,6 +122,28 @@ TEST(NonFiniteHidden, EngineNamesTokenAndIndexOnEveryBackend) {
   }
 }
 
+// The check scans blocks of 64 values before it looks for the exact index: every position, inside a
+// block, on its edges and in the tail, names the first bad value even when a later one follows.
+TEST(NonFiniteHidden, EngineNamesTheFirstBadValueAtEveryPosition) {
+  auto model = Model::open(kModel256);
+  Engine engine(model, {.backend = BackendKind::scalar});
+  const int n = 3 * 256;
+  for (int pos = 0; pos < n; ++pos) {
+    std::vector<float> hidden = test_hidden(3, 256, 1);
+    hidden[size_t(pos)] = pos % 2 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+    if (pos + 70 < n) hidden[size_t(pos) + 70] = std::numeric_limits<float>::infinity();
+    try {
+      engine.run(hidden, 3);
+      ADD_FAILURE() << "a bad value at " << pos << " was accepted";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      const std::string want = "token " + std::to_string(pos / 256) + " has a non-finite value";
+      EXPECT_NE(m.find(want), std::string::npos) << pos << ": " << m;
+      EXPECT_TRUE(m.ends_with("at index " + std::to_string(pos % 256))) << pos << ": " << m;
+    }
+  }
+}
+
 TEST(NonFiniteHidden, CliRefusesNpyAndGgufInputs) {
   TempDir dir;
   std::vector<float> values = test_hidden(2, 256, 2);

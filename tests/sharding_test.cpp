@@ -2,6 +2,8 @@
 // logprobs, logits, every stage), ties across shard boundaries included.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "backend/sharding.hpp"
 #include "lmhead/lmhead.hpp"
 #include "test_util.hpp"
@@ -17,8 +19,12 @@ TEST(Sharding, PlanIsContiguousAlignedAndBalanced) {
   EXPECT_EQ(b.front(), 0);
   EXPECT_EQ(b.back(), 202048);
   for (size_t i = 1; i + 1 < b.size(); ++i) EXPECT_EQ(b[i] % select::kSumExpChunk, 0);
-  for (size_t i = 0; i + 1 < b.size(); ++i) EXPECT_NEAR(double(b[i + 1] - b[i]), 202048.0 / 3, 4096.0);
-  EXPECT_THROW(plan_shards(5000, 3), Error);
+  for (size_t i = 0; i + 1 < b.size(); ++i)
+    EXPECT_NEAR(double(b[i + 1] - b[i]), 202048.0 / 3, double(select::kSumExpChunk));
+  // Two GPUs wait for the larger shard: at the Muse shape it is within 0.25 % of half the rows.
+  const auto two = plan_shards(202048, 2);
+  EXPECT_LE(double(std::max(two[1], two[2] - two[1])), 202048.0 / 2 * 1.0025);
+  EXPECT_THROW(plan_shards(2 * select::kSumExpChunk, 3), Error);
   EXPECT_EQ(plan_shards(10, 3, 1), (std::vector<int64_t>{0, 3, 6, 10}));
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -125,11 +126,13 @@ class CudaBackend final : public Backend {
     if (req.top_k < 0 || req.top_k > head_.vocab)
       throw Error("top-k must be between 0 and the vocabulary size " + std::to_string(head_.vocab));
     const int64_t H = head_.hidden, V = head_.vocab;
+    const auto t_enter = std::chrono::steady_clock::now();
     CUDA_CHECK(cudaSetDevice(device_));  // any host thread may call; cheap when already current
     Shape shape = make_shape(tokens, req);
     ensure_buffers(shape);
 
     std::memcpy(hidden_.host(), hidden, size_t(tokens) * size_t(H) * sizeof(float));
+    const auto t_copied = std::chrono::steady_clock::now();
     const std::string key = shape.key(tuning_);
     last_ = CallInfo{};
     last_.kernel = shape.stream_n ? "q5k_stream_n" : shape.tma ? "q5k_tma"
@@ -149,7 +152,9 @@ class CudaBackend final : public Backend {
       record(shape);
       record_event(4);
     }
+    const auto t_launched = std::chrono::steady_clock::now();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const auto t_synced = std::chrono::steady_clock::now();
     for (int t = 0; t < tokens; ++t) last_.norm_path[t] = norm_path_.host()[t];
     if (tuning_.check_guards) last_.guards_intact = guards_intact();
 
@@ -204,6 +209,11 @@ class CudaBackend final : public Backend {
       out.stages.capped = out.logits;
     }
     collect_times(shape, out.times);
+    auto us = [](auto a, auto b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
+    last_.copy_us = us(t_enter, t_copied);
+    last_.launch_us = us(t_copied, t_launched);
+    last_.wait_us = us(t_launched, t_synced);
+    last_.total_us = us(t_enter, std::chrono::steady_clock::now());
     // Captured only now: re-recording the events inside a capture would invalidate this call's.
     if (tuning_.use_graph && !last_.graph_replayed) capture(shape, key);
   }

@@ -39,6 +39,10 @@ struct CallInfo {
   int norm_path[16] = {};           // per token: 0 bounded parallel sum decided, 1 sequential chain
   bool graph_replayed = false;
   bool guards_intact = true;        // only checked with Tuning::check_guards
+  // The call's host side (steady clock, microseconds): copying the hidden states into the mapped
+  // buffer, the launch (graph replay or direct launches), the wait for the stream, and the whole
+  // forward() including the answers' bookkeeping.
+  double copy_us = 0, launch_us = 0, wait_us = 0, total_us = 0;
 };
 
 // Throw Error when `backend` is not the CUDA backend.

@@ -18,7 +18,7 @@ constexpr int kFragPitch = 320;    // bytes per token of one super-block's q8 in
                                    // per q (0..3) 8 (lo, hi) word pairs + 16 B of padding
 constexpr int kLanesPitch = 80;    // bytes per lane of one super-block's B fragments for the lanes kernel
 constexpr int kLanesTokens = 2;    // tokens the lanes kernel (T <= 2) keeps in that layout
-constexpr int kSumExpChunk = 4096; // select::kSumExpChunk
+constexpr int kSumExpChunk = 512;  // select::kSumExpChunk
 constexpr int kTopKChunk = 4096;   // ids per top-k chunk (sorted in shared memory)
 
 // Per-token answer of a head kernel, written by the last block straight into mapped host memory.

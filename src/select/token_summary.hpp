@@ -30,7 +30,7 @@ void merge(TokenSummary& a, const TokenSummary& b, int k);
 // Deterministic sum of exp(x - max) in double over ids [0, n): ids are summed sequentially inside
 // fixed chunks of kSumExpChunk ids and the chunk sums added in id order, so any split of the
 // vocabulary on chunk boundaries (threads, GPUs) gives the same double.
-constexpr int64_t kSumExpChunk = 4096;
+constexpr int64_t kSumExpChunk = 512;
 double sum_exp_chunk(const float* logits, int64_t begin, int64_t end, float max);  // one chunk
 double sum_exp(const float* logits, int64_t n, float max);
 
