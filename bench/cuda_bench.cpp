@@ -212,7 +212,14 @@ int multi(int runs) {
     if (phases) p = {p.wall, median(copy), median(launch), median(wait), median(total)};
     return p;
   };
-  std::printf("\n| T | ratio 1 GPU | ratio 2 GPUs | 1 GPU us | shard 0 alone us | shard 1 alone us | 2 GPUs us | 2 GPUs / 1 | slower shard / 1 | 2 GPUs - slower shard us |"
+  for (const bool poll : {false, true}) {
+  cuda::Tuning tuning;
+  tuning.poll_done = poll;
+  for (Backend* be : {one.get(), s0.get(), s1.get()}) cuda::set_tuning(*be, tuning);
+  cuda::set_tuning_of_shards(*both, tuning);
+  std::printf("\n%s\n", poll ? "waiting on the head kernel's done flag (Tuning::poll_done, the default)"
+                               : "waiting on the stream (cudaStreamSynchronize)");
+  std::printf("| T | ratio 1 GPU | ratio 2 GPUs | 1 GPU us | shard 0 alone us | shard 1 alone us | 2 GPUs us | 2 GPUs / 1 | slower shard / 1 | 2 GPUs - slower shard us |"
               " shard 0: copy / launch / wait / rest us | 1 GPU: copy / launch / wait / rest us |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int T : {1, 2, 4, 8, 16}) {
@@ -227,6 +234,7 @@ int multi(int runs) {
                 p0.wait, p0.total - p0.copy - p0.launch - p0.wait, a.copy, a.launch, a.wait,
                 a.total - a.copy - a.launch - a.wait);
     std::fflush(stdout);
+  }
   }
   return 0;
 }

@@ -488,6 +488,45 @@ TEST(CudaBackend, SparseTiesFarApart) {
   EXPECT_GT(sparse, 0) << "no token had the four copies as its maximum";
 }
 
+// Argmax-only calls return when the last block's done flag reaches host memory, not when the
+// stream reports completion: back-to-back calls of changing shapes (one pass, several passes,
+// every head kernel) still give the scalar answers, ties included, and the same as waiting on
+// the stream. Calls with work after the head kernel (top-k here) wait on the stream.
+TEST(CudaBackend, ArgmaxOnlyCallsWaitOnTheDoneFlag) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 15);
+  for (TensorType type : {TensorType::Q5_K, TensorType::Q6_K, TensorType::Q8_0, TensorType::F16}) {
+    const int64_t V = 5003, H = 512;
+    RandomHead head = random_head(type, V, H, rng);
+    // Two copies of row 0 far apart: some tokens tie, so the finalize's tie scan runs too.
+    const size_t rb = head.view.row_bytes;
+    for (int64_t r : {int64_t(2500), V - 1}) std::memcpy(head.weights.data() + size_t(r) * rb, head.weights.data(), rb);
+    auto scalar = make_scalar_backend(head.view);
+    auto gpu = make_cuda_backend(head.view, 1);
+    for (int round = 0; round < 3; ++round)
+      for (int T : {1, 16, 2, 9, 3, 4, 8, 5}) {
+        const std::vector<float> hidden = random_hidden(T, H, rng);
+        ForwardRequest req;
+        const ForwardOutput ref = run(*scalar, hidden, T, req);
+        for (bool poll : {true, false}) {
+          cuda::Tuning t;
+          t.poll_done = poll;
+          cuda::set_tuning(*gpu, t);
+          const ForwardOutput got = run(*gpu, hidden, T, req);
+          const cuda::CallInfo info = cuda::last_call(*gpu);
+          EXPECT_EQ(info.polled, poll) << tensor_type_name(type) << " T=" << T;
+          expect_same(ref, got, req, std::string(tensor_type_name(type)) + " " + info.kernel + " T=" + std::to_string(T) +
+                                         (poll ? " polled" : " stream sync"));
+        }
+      }
+    ForwardRequest topk;
+    topk.top_k = 3;
+    const std::vector<float> hidden = random_hidden(4, H, rng);
+    expect_same(run(*scalar, hidden, 4, topk), run(*gpu, hidden, 4, topk), topk, "top-k after polled calls");
+    EXPECT_FALSE(cuda::last_call(*gpu).polled);
+  }
+}
+
 TEST(CudaBackend, BatchInvariance) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(seed_of_this_run() + 6);

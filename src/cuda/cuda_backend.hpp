@@ -28,6 +28,9 @@ struct Tuning {
                                     // when the request asks for stage times (want_stage_times)
   bool stream_walk_only = false;    // measuring tool: Q5_K stream walk without arithmetic (meaningless logits)
   bool use_graph = true;            // replay the call as a CUDA graph
+  bool poll_done = true;            // calls with nothing after the head kernel (argmax, ties; no
+                                    // top-k, logprobs, logits or stage times) wait on the flag its
+                                    // last block writes to mapped memory, not on the stream
   bool force_sequential_norm = false;  // test hook: RMSNorm always through the sequential double chain
   bool check_guards = false;        // test hook: verify the sentinel bands around the device logits
 };
@@ -43,6 +46,7 @@ struct CallInfo {
   // buffer, the launch (graph replay or direct launches), the wait for the stream, and the whole
   // forward() including the answers' bookkeeping.
   double copy_us = 0, launch_us = 0, wait_us = 0, total_us = 0;
+  bool polled = false;              // waited on the kernel's done flag (Tuning::poll_done)
 };
 
 // Throw Error when `backend` is not the CUDA backend.

@@ -313,6 +313,14 @@ static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* ct
   if (tid == 0) {
     *p.done_counter = 0;
     *p.tile_counter = 0;
+    // The host may wait on this flag instead of on the stream (it sees the flag a few microseconds
+    // before the stream reports completion); the fence puts the results in host memory first.
+    if (p.done_flag != nullptr && p.t0 + p.tc == p.T) {
+      const unsigned seq = *p.call_seq + 1;
+      *p.call_seq = seq;
+      __threadfence_system();
+      *reinterpret_cast<volatile unsigned*>(p.done_flag) = seq;
+    }
   }
 }
 

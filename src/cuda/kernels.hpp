@@ -85,6 +85,8 @@ struct HeadParams {
   PartialBest* partials = nullptr;   // [gridDim.x][kMaxTokens]
   unsigned* done_counter = nullptr;  // last-block detection, reset by the last block
   unsigned* tile_counter = nullptr;  // dynamic tile hand-out, reset by the last block
+  unsigned* call_seq = nullptr;      // calls finished so far (device memory, never reset)
+  unsigned* done_flag = nullptr;     // mapped host memory: call_seq, written after the results
   TokenResult* results = nullptr;    // [kMaxTokens] mapped host memory
   float* max_out = nullptr;          // [kMaxTokens] device copy of each token's max
   int prefetch_l2 = 0;               // bulk-prefetch each warp's first tile into L2 before waiting

@@ -21,6 +21,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/sharding.hpp"
+#include "cuda/cuda_backend.hpp"
 #include "cuda/multi_gpu.hpp"
 
 namespace lmhead {
@@ -138,6 +139,8 @@ class MultiGpuBackend final : public Backend {
     sums_.resize(size_t(shards));
   }
 
+  const std::vector<std::unique_ptr<Backend>>& parts() const { return parts_; }
+
   std::string name() const override {
     return "cuda x" + std::to_string(gpus_) + " GPU(s), " + std::to_string(parts_.size()) + " shard(s)";
   }
@@ -201,6 +204,13 @@ class MultiGpuBackend final : public Backend {
 };
 
 }  // namespace
+
+void set_tuning_of_shards(Backend& backend, const Tuning& tuning) {
+  auto* multi = dynamic_cast<MultiGpuBackend*>(&backend);
+  if (multi == nullptr) throw Error("not the multi-GPU backend: " + backend.name());
+  for (const auto& part : multi->parts()) set_tuning(*part, tuning);
+}
+
 }  // namespace cuda
 
 std::unique_ptr<Backend> make_multi_gpu_backend(const HeadView& head, int shards, int gpus) {

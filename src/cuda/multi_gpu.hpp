@@ -16,6 +16,10 @@ void chunk_sums_against(Backend& backend, const float* max_per_token, int tokens
 
 int64_t sum_exp_chunks(int64_t rows);  // ceil(rows / select::kSumExpChunk)
 
+// The tuning of every shard of a backend made by make_multi_gpu_backend (benchmarks and tests).
+struct Tuning;
+void set_tuning_of_shards(Backend& backend, const Tuning& tuning);
+
 // CUDA devices visible to this process (0 when none, or when built without CUDA).
 int device_count();
 

@@ -37,6 +37,7 @@ CallInfo last_call(Backend&) { throw Error(std::string("cuda call info: ") + kNo
 double measure_sm_clock_mhz() { throw Error(std::string("cuda clock probe: ") + kNoCuda); }
 void tanh_sweep(uint64_t, uint64_t, uint32_t*) { throw Error(std::string("cuda tanh sweep: ") + kNoCuda); }
 int device_count() { return 0; }
+void set_tuning_of_shards(Backend&, const Tuning&) { throw Error(std::string("cuda tuning: ") + kNoCuda); }
 }  // namespace cuda
 
 }  // namespace lmhead
