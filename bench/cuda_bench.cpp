@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -171,7 +172,9 @@ int profile(const std::string& mode) {
 // (a) the whole head on GPU 0, (b) each shard alone on its own GPU, (c) both shards through the
 // multi-GPU backend. (b) against (a) is how the shard's own call scales with its rows (kernel
 // body against the per-call fixed part); (c) against the slower of (b) is what driving two GPUs at
-// once adds. The shard backends also report their host phases (copy, launch, wait).
+// once adds. Every backend reports its host phases (copy, launch, wait), (c) per shard. Three
+// ways of running: waiting on the stream, on the kernel's done flag, and the flag with the shards
+// sharing one input buffer that each shard's thread fills in part (the default).
 int multi(int runs) {
   if (cuda::device_count() < 2) {
     std::printf("--multi needs two GPUs, this machine has %d\n", cuda::device_count());
@@ -188,53 +191,75 @@ int multi(int runs) {
   auto s1 = make_cuda_backend_on_device(shard_view(q5.view, b[1], b[2]), 1);
   auto both = make_multi_gpu_backend(q5.view, 2, 2);
   auto median = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
-  struct Phases { double wall, copy, launch, wait, total; };
-  auto time_calls = [&](Backend& be, int T, bool phases) {
+  struct Phases {
+    double wall = 0, copy = 0, launch = 0, wait = 0, rest = 0;
+    std::string str() const {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.1f / %.1f / %.1f / %.1f", copy, launch, wait, rest);
+      return buf;
+    }
+  };
+  // Medians of the wall time and of each host phase of the calls' CallInfo (one per shard).
+  auto time_calls = [&](Backend& be, int T, const std::function<std::vector<cuda::CallInfo>()>& info) {
     const std::vector<float> hidden = make_hidden(T, 77 + T);
     ForwardOutput out;
     ForwardRequest req;
     for (int i = 0; i < 5; ++i) be.forward(hidden.data(), T, req, out);
-    std::vector<double> wall, copy, launch, wait, total;
+    std::vector<double> wall;
+    std::vector<std::vector<double>> ph(8);
     for (int i = 0; i < runs; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       be.forward(hidden.data(), T, req, out);
       const auto t1 = std::chrono::steady_clock::now();
       wall.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-      if (phases) {
-        const cuda::CallInfo c = cuda::last_call(be);
-        copy.push_back(c.copy_us);
-        launch.push_back(c.launch_us);
-        wait.push_back(c.wait_us);
-        total.push_back(c.total_us);
+      const std::vector<cuda::CallInfo> calls = info();
+      for (size_t k = 0; k < calls.size() && k < 2; ++k) {
+        const cuda::CallInfo& c = calls[k];
+        ph[4 * k + 0].push_back(c.copy_us);
+        ph[4 * k + 1].push_back(c.launch_us);
+        ph[4 * k + 2].push_back(c.wait_us);
+        ph[4 * k + 3].push_back(c.total_us - c.copy_us - c.launch_us - c.wait_us);
       }
     }
-    Phases p{median(wall), 0, 0, 0, 0};
-    if (phases) p = {p.wall, median(copy), median(launch), median(wait), median(total)};
+    std::vector<Phases> p(2);
+    for (size_t k = 0; k < 2; ++k) {
+      p[k].wall = median(wall);
+      if (ph[4 * k].empty()) continue;
+      p[k].copy = median(ph[4 * k]);
+      p[k].launch = median(ph[4 * k + 1]);
+      p[k].wait = median(ph[4 * k + 2]);
+      p[k].rest = median(ph[4 * k + 3]);
+    }
     return p;
   };
-  for (const bool poll : {false, true}) {
-  cuda::Tuning tuning;
-  tuning.poll_done = poll;
-  for (Backend* be : {one.get(), s0.get(), s1.get()}) cuda::set_tuning(*be, tuning);
-  cuda::set_tuning_of_shards(*both, tuning);
-  std::printf("\n%s\n", poll ? "waiting on the head kernel's done flag (Tuning::poll_done, the default)"
-                               : "waiting on the stream (cudaStreamSynchronize)");
-  std::printf("| T | ratio 1 GPU | ratio 2 GPUs | 1 GPU us | shard 0 alone us | shard 1 alone us | 2 GPUs us | 2 GPUs / 1 | slower shard / 1 | 2 GPUs - slower shard us |"
-              " shard 0: copy / launch / wait / rest us | 1 GPU: copy / launch / wait / rest us |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (int T : {1, 2, 4, 8, 16}) {
-    const Phases a = time_calls(*one, T, true);
-    const Phases p0 = time_calls(*s0, T, true);
-    const Phases p1 = time_calls(*s1, T, true);
-    const Phases c = time_calls(*both, T, false);
-    const double slower = std::max(p0.wall, p1.wall);
-    // ratio = head bytes / wall time / one GPU's read ceiling (2 GPUs can exceed 1).
-    std::printf("| %d | %.3f | %.3f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.1f | %.1f / %.1f / %.1f / %.1f | %.1f / %.1f / %.1f / %.1f |\n", T,
-                bytes / (a.wall * 1e3) / ceiling, bytes / (c.wall * 1e3) / ceiling, a.wall, p0.wall, p1.wall, c.wall, c.wall / a.wall, slower / a.wall, c.wall - slower, p0.copy, p0.launch,
-                p0.wait, p0.total - p0.copy - p0.launch - p0.wait, a.copy, a.launch, a.wait,
-                a.total - a.copy - a.launch - a.wait);
-    std::fflush(stdout);
-  }
+  auto single = [](Backend& be) { return [&be] { return std::vector<cuda::CallInfo>{cuda::last_call(be)}; }; };
+  struct Mode { const char* what; bool poll, shared; };
+  for (const Mode mode : {Mode{"waiting on the stream (cudaStreamSynchronize), each shard copies the whole input", false, false},
+                          Mode{"waiting on the head kernel's done flag, each shard copies the whole input", true, false},
+                          Mode{"done flag, shards share one input buffer, each copies a share (the defaults)", true, true}}) {
+    cuda::Tuning tuning;
+    tuning.poll_done = mode.poll;
+    for (Backend* be : {one.get(), s0.get(), s1.get()}) cuda::set_tuning(*be, tuning);
+    cuda::set_tuning_of_shards(*both, tuning);
+    cuda::set_shared_input(*both, mode.shared);
+    std::printf("\n%s\n", mode.what);
+    std::printf("| T | ratio 1 GPU | ratio 2 GPUs | 1 GPU us | shard 0 alone us | shard 1 alone us | 2 GPUs us |"
+                " 2 GPUs / 1 | slower shard / 1 | 2 GPUs - slower shard us | host phases copy / launch / wait / rest us:"
+                " 1 GPU | shard 0 alone | 2 GPUs: shard 0 | 2 GPUs: shard 1 |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int T : {1, 2, 4, 8, 16}) {
+      const Phases a = time_calls(*one, T, single(*one))[0];
+      const Phases p0 = time_calls(*s0, T, single(*s0))[0];
+      const Phases p1 = time_calls(*s1, T, single(*s1))[0];
+      const std::vector<Phases> c = time_calls(*both, T, [&] { return cuda::last_calls_of_shards(*both); });
+      const double slower = std::max(p0.wall, p1.wall);
+      // ratio = head bytes / wall time / one GPU's read ceiling (2 GPUs can exceed 1).
+      std::printf("| %d | %.3f | %.3f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.1f | %s | %s | %s | %s |\n", T,
+                  bytes / (a.wall * 1e3) / ceiling, bytes / (c[0].wall * 1e3) / ceiling, a.wall, p0.wall, p1.wall,
+                  c[0].wall, c[0].wall / a.wall, slower / a.wall, c[0].wall - slower, a.str().c_str(), p0.str().c_str(),
+                  c[0].str().c_str(), c[1].str().c_str());
+      std::fflush(stdout);
+    }
   }
   return 0;
 }

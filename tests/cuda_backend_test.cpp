@@ -610,12 +610,18 @@ TEST(CudaBackend, StageTimesNameTheHead) {
       }
     }
   }
-  // Without a request for stage times there are no event nodes: one total that still names the head.
-  cuda::set_tuning(*gpu, cuda::Tuning{});
+  // Without a request for stage times there are no event nodes: one total that still names the
+  // head, or none at all when the call waits on the kernel's done flag (no events to time).
+  cuda::Tuning t;
+  t.poll_done = false;
+  cuda::set_tuning(*gpu, t);
   const ForwardOutput out = run(*gpu, hidden, 4, ForwardRequest{});
   ASSERT_EQ(out.times.size(), 1u);
   EXPECT_NE(out.times[0].label.find("head"), std::string::npos) << out.times[0].label;
   EXPECT_GT(out.times[0].ms, 0.0);
+  cuda::set_tuning(*gpu, cuda::Tuning{});
+  EXPECT_TRUE(run(*gpu, hidden, 4, ForwardRequest{}).times.empty());
+  EXPECT_TRUE(cuda::last_call(*gpu).polled);
 }
 
 TEST(CudaBackend, GoldenFilesByteForByte) {

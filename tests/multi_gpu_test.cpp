@@ -3,7 +3,9 @@
 // GPU tests skip with a visible message when the machine has no GPU, or fewer than two.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <random>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -90,6 +92,47 @@ TEST(MultiGpu, ShardsOnOneGpuGiveTheOneGpuBytes) {
 TEST(MultiGpu, TwoGpusGiveTheOneGpuBytes) {
   SKIP_WITH_FEWER_GPUS(2);
   compare_shardings(2, {0, 3, 4});  // 0: one shard per GPU; 3 and 4: round-robin over the two
+}
+
+// The shards share one input buffer that each shard's thread fills in part before any launches:
+// back-to-back calls with fresh inputs of changing sizes must each see their own input on every
+// shard (a shard that launched early would read the previous call's values).
+TEST(MultiGpu, EveryCallSeesItsOwnInput) {
+  SKIP_WITH_FEWER_GPUS(1);
+  TempDir dir;
+  auto model = Model::open(make_model(dir));
+  const HeadConfig& c = model->config();
+  HeadView h;
+  h.type = c.head_type;
+  h.weights = model->head_weights();
+  h.vocab = c.vocab;
+  h.hidden = c.hidden;
+  h.row_bytes = c.row_bytes;
+  h.gamma = model->norm_weight();
+  h.eps = c.eps;
+  h.logit_scale = c.logit_scale;
+  h.softcap = c.softcap;
+  auto one = make_cuda_backend(h, 1);
+  const int gpus = std::min(2, cuda::device_count());
+  auto split = make_multi_gpu_backend(h, 3, gpus);
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (bool shared : {true, false}) {
+    cuda::set_shared_input(*split, shared);
+    for (int call = 0; call < 40; ++call) {
+      const int T = 1 + int(rng() % 16);
+      std::vector<float> hidden(size_t(T) * 512);
+      for (float& v : hidden) v = n(rng);
+      ForwardOutput a, b;
+      one->forward(hidden.data(), T, ForwardRequest{}, a);
+      split->forward(hidden.data(), T, ForwardRequest{}, b);
+      ASSERT_EQ(a.summaries.size(), b.summaries.size());
+      for (int t = 0; t < T; ++t) {
+        EXPECT_EQ(a.summaries[size_t(t)].argmax, b.summaries[size_t(t)].argmax) << "call " << call << " token " << t;
+        EXPECT_EQ(bits_of(a.summaries[size_t(t)].max), bits_of(b.summaries[size_t(t)].max)) << "call " << call;
+      }
+    }
+  }
 }
 
 std::string read_all(const std::string& path) {

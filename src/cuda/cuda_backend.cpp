@@ -133,7 +133,10 @@ class CudaBackend final : public Backend {
     Shape shape = make_shape(tokens, req);
     ensure_buffers(shape);
 
-    std::memcpy(hidden_.host(), hidden, size_t(tokens) * size_t(H) * sizeof(float));
+    // A caller that wrote the hidden states into this backend's input buffer (input_buffer())
+    // saves the copy: the multi-GPU backend's shards share one buffer, each copying a share.
+    float* const input = shared_input_ != nullptr ? shared_input_ : hidden_.host();
+    if (hidden != input) std::memcpy(input, hidden, size_t(tokens) * size_t(H) * sizeof(float));
     const auto t_copied = std::chrono::steady_clock::now();
     const std::string key = shape.key(tuning_);
     last_ = CallInfo{};
@@ -224,6 +227,17 @@ class CudaBackend final : public Backend {
     // Captured only now: re-recording the events inside a capture would invalidate this call's.
     if (tuning_.use_graph && !last_.graph_replayed) capture(shape, key);
   }
+
+  // Reads the hidden states from `portable` (page-locked, mapped and portable, kMaxTokens x hidden
+  // floats; with unified addressing its host pointer is every device's pointer) instead of its own
+  // buffer. The captured graphs hold the old pointer: they go.
+  void use_input_buffer(float* portable) {
+    CUDA_CHECK(cudaSetDevice(device_));
+    clear_graphs();
+    CUDA_CHECK(cudaSetDevice(caller_device_));
+    shared_input_ = portable;
+  }
+  float* input_buffer() const { return shared_input_ != nullptr ? shared_input_ : hidden_.host(); }
 
   // Phase two of the multi-GPU logprob exchange: the chunk sums of exp(x - max[t]) over the
   // logits the last forward left on the device, with the caller's (global) maximum instead of
@@ -484,7 +498,7 @@ class CudaBackend final : public Backend {
     const int64_t H = head_.hidden, V = head_.vocab;
     const size_t TV = size_t(s.T) * size_t(V);
     PrepParams pp;
-    pp.hidden = hidden_.device();
+    pp.hidden = shared_input_ != nullptr ? shared_input_ : hidden_.device();
     pp.gamma = gamma_.get();
     pp.H = int(H);
     pp.T = s.T;
@@ -747,6 +761,7 @@ class CudaBackend final : public Backend {
   DeviceArray<double> chunk_sums_;
 
   MappedHostArray<float> hidden_;
+  float* shared_input_ = nullptr;  // use_input_buffer: a portable mapped buffer the caller owns
   MappedHostArray<TokenResult> results_;
   MappedHostArray<int32_t> norm_path_;
   MappedHostArray<unsigned> done_flag_;
@@ -787,6 +802,8 @@ void chunk_sums_against(Backend& backend, const float* max_per_token, int tokens
   as_cuda(backend).chunk_sums_against(max_per_token, tokens, out);
 }
 CallInfo last_call(Backend& backend) { return as_cuda(backend).last_; }
+void use_input_buffer(Backend& backend, float* portable) { as_cuda(backend).use_input_buffer(portable); }
+float* input_buffer(Backend& backend) { return as_cuda(backend).input_buffer(); }
 
 void tanh_sweep(uint64_t first, uint64_t count, uint32_t* host_out) {
   std::string why;

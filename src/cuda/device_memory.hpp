@@ -58,11 +58,13 @@ class MappedHostArray {
   ~MappedHostArray() { release(); }
   MappedHostArray(const MappedHostArray&) = delete;
   MappedHostArray& operator=(const MappedHostArray&) = delete;
-  void reset(size_t n) {
+  // portable: mapped into every device's address space (one buffer read by several GPUs); the
+  // device pointer is then the host pointer (unified addressing).
+  void reset(size_t n, bool portable = false) {
     release();
     if (n == 0) return;
     void* p = nullptr;
-    CUDA_CHECK(cudaHostAlloc(&p, n * sizeof(T), cudaHostAllocMapped));
+    CUDA_CHECK(cudaHostAlloc(&p, n * sizeof(T), cudaHostAllocMapped | (portable ? cudaHostAllocPortable : 0u)));
     host_ = static_cast<T*>(p);
     n_ = n;
     std::memset(static_cast<void*>(host_), 0, n * sizeof(T));

@@ -1,6 +1,7 @@
 #pragma once
 // Pieces of the multi-GPU head that live next to the CUDA backend (not public API).
 #include <cstdint>
+#include <vector>
 
 #include "backend/backend.hpp"
 
@@ -16,9 +17,14 @@ void chunk_sums_against(Backend& backend, const float* max_per_token, int tokens
 
 int64_t sum_exp_chunks(int64_t rows);  // ceil(rows / select::kSumExpChunk)
 
-// The tuning of every shard of a backend made by make_multi_gpu_backend (benchmarks and tests).
+// For benchmarks and tests, on a backend made by make_multi_gpu_backend: the tuning of every
+// shard, the last call of every shard, and whether the shards share one input buffer that each
+// shard's thread fills in part (the default) or each copies the whole input.
 struct Tuning;
+struct CallInfo;
 void set_tuning_of_shards(Backend& backend, const Tuning& tuning);
+std::vector<CallInfo> last_calls_of_shards(Backend& backend);
+void set_shared_input(Backend& backend, bool shared);
 
 // CUDA devices visible to this process (0 when none, or when built without CUDA).
 int device_count();
