@@ -233,31 +233,12 @@ int multi(int runs) {
     return p;
   };
   auto single = [](Backend& be) { return [&be] { return std::vector<cuda::CallInfo>{cuda::last_call(be)}; }; };
-  // Full-shape check of the T > 8 tail split: the whole capped logits with and without it.
-  {
-    ForwardRequest lr;
-    lr.want_logits = true;
-    const std::vector<float> hidden = make_hidden(16, 99);
-    ForwardOutput split_out, whole_out;
-    cuda::Tuning t;
-    cuda::set_tuning(*one, t);
-    one->forward(hidden.data(), 16, lr, split_out);
-    t.stream_n_tail_split = 0;
-    cuda::set_tuning(*one, t);
-    one->forward(hidden.data(), 16, lr, whole_out);
-    size_t diff = 0;
-    for (size_t i = 0; i < split_out.logits.size(); ++i)
-      diff += std::memcmp(&split_out.logits[i], &whole_out.logits[i], 4) != 0;
-    std::printf("check T=16: tail split vs none, capped logits: %zu of %zu differ\n", diff, split_out.logits.size());
-  }
-  struct Mode { const char* what; bool poll, shared; int split; };
-  for (const Mode mode : {Mode{"waiting on the stream (cudaStreamSynchronize), each shard copies the whole input", false, false, -1},
-                          Mode{"waiting on the head kernel's done flag, each shard copies the whole input", true, false, -1},
-                          Mode{"done flag, shared input, no tail split at T > 8", true, true, 0},
-                          Mode{"done flag, shards share one input buffer, each copies a share, tail split (the defaults)", true, true, -1}}) {
+  struct Mode { const char* what; bool poll, shared; };
+  for (const Mode mode : {Mode{"waiting on the stream (cudaStreamSynchronize), each shard copies the whole input", false, false},
+                          Mode{"waiting on the head kernel's done flag, each shard copies the whole input", true, false},
+                          Mode{"done flag, shards share one input buffer, each copies a share (the defaults)", true, true}}) {
     cuda::Tuning tuning;
     tuning.poll_done = mode.poll;
-    tuning.stream_n_tail_split = mode.split;
     for (Backend* be : {one.get(), s0.get(), s1.get()}) cuda::set_tuning(*be, tuning);
     cuda::set_tuning_of_shards(*both, tuning);
     cuda::set_shared_input(*both, mode.shared);
@@ -266,8 +247,7 @@ int multi(int runs) {
                 " 2 GPUs / 1 | slower shard / 1 | 2 GPUs - slower shard us | host phases copy / launch / wait / rest us:"
                 " 1 GPU | shard 0 alone | 2 GPUs: shard 0 | 2 GPUs: shard 1 |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int T : {1, 2, 4, 8, 9, 12, 16}) {
-      if (mode.split == 0 && T <= 8) continue;  // the split only exists for T > 8
+    for (int T : {1, 2, 4, 8, 16}) {
       const Phases a = time_calls(*one, T, single(*one))[0];
       const Phases p0 = time_calls(*s0, T, single(*s0))[0];
       const Phases p1 = time_calls(*s1, T, single(*s1))[0];

@@ -52,11 +52,11 @@ struct Shape {
   std::string key(const Tuning& t) const {
     char buf[256];
     std::snprintf(buf, sizeof buf,
-                  "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d | %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", T, mma,
+                  "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d | %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", T, mma,
                   lanes, stream, tma, stream_n, float_route, int(format), cap_mode, k, logprobs, logits, stages, events,
                   t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2, t.stage_events, t.force_sequential_norm, t.stream_warps,
                   t.stream_tma, t.tma_ring, t.stream_n_kernel, t.stream_n_warps, t.stream_walk_only, t.tma_from_tokens,
-                  t.stream_warps_t2, t.stream_max_tokens, t.stream_n_tail_split);
+                  t.stream_warps_t2, t.stream_max_tokens);
     return buf;
   }
 };
@@ -551,8 +551,6 @@ class CudaBackend final : public Backend {
     if (s.stream_n) {
       hp.t0 = 0;
       hp.tc = s.T;
-      // T > 8 runs 8 warps per block: by default the last round of tiles (one per warp) is split.
-      hp.tail_split_tiles = tuning_.stream_n_tail_split < 0 ? num_sms_ * 8 : tuning_.stream_n_tail_split;
       launch_q5k_stream_n(hp, tuning_.stream_n_warps, pdl, num_sms_, stream_);
     } else if (s.tma) {
       hp.t0 = 0;

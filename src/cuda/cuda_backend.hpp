@@ -18,8 +18,6 @@ struct Tuning {
                                     // default, see stream_warps_for; 0: stream_warps)
   bool stream_n_kernel = true;      // Q5_K, T > stream_max_tokens: tokens-in-N kernel on the sub-blocks stream layout
   int stream_n_warps = 12;          // its warps per block for T <= 8: 8, 12 or 16 (T > 8: 8)
-  int stream_n_tail_split = -1;     // T > 8: the last tiles are handed out as two 8-token halves each
-                                    // (-1: one round of the grid, a tile per warp; 0: none; N: N tiles)
   bool stream_tma = false;          // every stream call (T <= stream_max_tokens) through the TMA kernel
   int tma_from_tokens = 2;          // ... and the calls of at least this many tokens (0: none); measured:
                                     // T=1 0.2515 vs 0.2506 ms in registers, T=2 0.2858 vs 0.2993 ms

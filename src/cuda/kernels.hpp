@@ -92,7 +92,6 @@ struct HeadParams {
   int prefetch_l2 = 0;               // bulk-prefetch each warp's first tile into L2 before waiting
   const uint8_t* stream_weights = nullptr;    // the head's lanes-split stream layout (stream_layout.hpp)
   const uint8_t* stream_n_weights = nullptr;  // Q5_K in the stream layout, sub-blocks split
-  int tail_split_tiles = 0;          // tokens-in-N kernel, T > 8: the last tiles go out as 8-token halves
 };
 
 struct MmaConfig {

@@ -42,10 +42,9 @@ struct Acc {
   float summs[NT][2][2];
 };
 
-// halves: bit nt set = token tile nt is computed (a tail unit computes one of the two).
 template <int NT>
 __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint32_t* s_act, const uint4* s_bsp,
-                                             const float* s_yd, int lane, unsigned halves, Acc<NT>& a) {
+                                             const float* s_yd, int lane, Acc<NT>& a) {
   constexpr int TTOT = 8 * NT;
   const int g = lane >> 2, q = lane & 3;
   float dq[NT][2][2];
@@ -63,8 +62,7 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
     s0b[r] = scb & 7u;
     s1b[r] = scb >> 3;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      if (!((halves >> nt) & 1u)) continue;
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int tok = 8 * nt + 2 * q + c;
@@ -74,14 +72,12 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
         const float dm = __fmul_rn(-yd, dmin);
         a.summs[nt][c][r] = __fmaf_rn(dm, k_mins_sum(bs, ks.m_lo, ks.m_hi), a.summs[nt][c][r]);
       }
-    }
   }
 
   // B: token 8 nt + g's run; bq[nt][i] = (b0, b1) of lane 2i, then of lane 2i + 1.
   uint4 bq[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    if (!((halves >> nt) & 1u)) continue;
     const uint32_t* run = s_act + (sb * TTOT + 8 * nt + g) * kTokenWords + 4 * q;
 #pragma unroll
     for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(run + 16 * i);
@@ -102,7 +98,6 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
     const uint32_t a0_0 = qa[0] * s0a[0], a0_1 = qa[1] * s0a[1], a0_2 = qb[0] * s0b[0], a0_3 = qb[1] * s0b[1];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      if (!((halves >> nt) & 1u)) continue;
       const uint32_t b0 = word_of(bq[nt][k >> 1], 2 * (k & 1)), b1 = word_of(bq[nt][k >> 1], 2 * (k & 1) + 1);
       int d1[4], d0[4];
       mma_u8s8(d1, a1_0, a1_1, a1_2, a1_3, b0, b1, kMagicBits);
@@ -180,33 +175,6 @@ __device__ void finish_tokens(const HeadParams& p, PartialBest (&best)[NT][2], P
   merge_warps_and_finalize(p, s_best, NW, p.T);
 }
 
-// A warp's walk over units, as ItemWalk's over tiles (two static units per warp, then units from
-// p.tile_counter, each fetched a whole unit ahead), except that with 16 token slots the last
-// p.tail_split_tiles tiles are handed out as two units each, one per 8-token half. A whole tile
-// of 16 tokens keeps a warp busy for ~40 us; the last round of the grid then ends in half that.
-struct UnitWalk {
-  int unit, sb = 0, next_unit, pending = 0;
-  int nunits, full, total_warps;
-  __device__ UnitWalk(const HeadParams& p, int split_tiles, int warp_index, int total_warps_, int lane)
-      : unit(warp_index), next_unit(warp_index + total_warps_), total_warps(total_warps_) {
-    const int ntiles = (p.vocab + kTileRows - 1) / kTileRows;
-    const int split = min(max(split_tiles, 0), ntiles);
-    full = ntiles - split;
-    nunits = full + 2 * split;
-    if (lane == 0) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
-  }
-  __device__ bool done() const { return unit >= nunits; }
-  __device__ int tile_of(int u) const { return u < full ? u : full + ((u - full) >> 1); }
-  __device__ unsigned halves_of(int u) const { return u < full ? 3u : 1u << ((u - full) & 1); }
-  __device__ void step(const HeadParams& p, int lane) {
-    if (++sb < p.groups) return;
-    sb = 0;
-    unit = next_unit;
-    next_unit = __shfl_sync(0xffffffffu, pending, 0);
-    if (lane == 0 && next_unit < nunits) pending = int(atomicAdd(p.tile_counter, 1u)) + 2 * total_warps;
-  }
-};
-
 template <int NT, int NW>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -223,14 +191,14 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
   const int total_warps = gridDim.x * NW;
   const uint8_t* weights = p.stream_n_weights;
 
-  UnitWalk walk(p, NT == 2 ? p.tail_split_tiles : 0, blockIdx.x * NW + warp, total_warps, lane);
+  ItemWalk walk(p, blockIdx.x * NW + warp, total_warps, lane);
   Item buf[2];
-  int buf_unit[2], buf_sb[2];
+  int buf_tile[2], buf_sb[2];
   auto load_next = [&](int d) {
-    buf_unit[d] = walk.unit;
+    buf_tile[d] = walk.tile;
     buf_sb[d] = walk.sb;
     if (walk.done()) return;
-    load_item<false>(buf[d], weights + (int64_t(walk.tile_of(walk.unit)) * G + walk.sb) * stream::kItemBytes, lane);
+    load_item<false>(buf[d], weights + (int64_t(walk.tile) * G + walk.sb) * stream::kItemBytes, lane);
     walk.step(p, lane);
   };
   load_next(0);
@@ -255,20 +223,17 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
       }
     }
 
-  bool more = buf_unit[0] < walk.nunits;
+  bool more = buf_tile[0] < walk.ntiles;
   while (more) {
 #pragma unroll
     for (int d = 0; d < 2; ++d) {
-      const int unit = buf_unit[d], sb = buf_sb[d];
-      if (unit >= walk.nunits) { more = false; break; }
-      const int tile = walk.tile_of(unit);
-      const unsigned halves = NT == 1 ? 1u : walk.halves_of(unit);
-      compute_item<NT>(buf[d], sb, s_act, s_bsp, s_yd, lane, halves, a);
+      const int tile = buf_tile[d], sb = buf_sb[d];
+      if (tile >= walk.ntiles) { more = false; break; }
+      compute_item<NT>(buf[d], sb, s_act, s_bsp, s_yd, lane, a);
       load_next(d);
       if (sb == G - 1) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          if (!((halves >> nt) & 1u)) continue;
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int c = 0; c < 2; ++c)
 #pragma unroll
@@ -278,7 +243,6 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
 #pragma unroll
               for (int k = 0; k < 8; ++k) a.acc[nt][c][r][k] = 0.0f;
             }
-        }
       }
     }
   }
