@@ -8,6 +8,7 @@
 #include <random>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.hpp"
@@ -131,6 +132,35 @@ TEST(MultiGpu, EveryCallSeesItsOwnInput) {
         EXPECT_EQ(a.summaries[size_t(t)].argmax, b.summaries[size_t(t)].argmax) << "call " << call << " token " << t;
         EXPECT_EQ(bits_of(a.summaries[size_t(t)].max), bits_of(b.summaries[size_t(t)].max)) << "call " << call;
       }
+    }
+  }
+}
+
+// With the shared input the shard threads check the values while they copy them and the engine
+// does not: a bad value in any shard's share is refused with the engine's message, before any GPU
+// runs, and the next call runs normally. (More than 16 tokens: the engine checks them all first.)
+TEST(MultiGpu, SharedInputRefusesNonFiniteValuesLikeTheEngine) {
+  SKIP_WITH_FEWER_GPUS(1);
+  TempDir dir;
+  auto model = Model::open(make_model(dir));
+  Engine one(model, {.backend = BackendKind::cuda});
+  Engine split(model, {.backend = BackendKind::cuda, .gpus = std::min(2, cuda::device_count()), .shards = 3});
+  for (int T : {1, 3, 16, 20}) {
+    const int n = T * 512;
+    for (int pos : {0, 511, n / 3 - 1, n / 3, n / 2 + 7, 2 * n / 3, n - 1}) {
+      std::vector<float> hidden = test_hidden(T, 512);
+      hidden[size_t(pos)] = std::numeric_limits<float>::quiet_NaN();
+      if (pos + 700 < n) hidden[size_t(pos) + 700] = std::numeric_limits<float>::infinity();
+      try {
+        split.run(hidden, T);
+        ADD_FAILURE() << "T=" << T << ": a NaN at " << pos << " was accepted";
+      } catch (const Error& e) {
+        const std::string want = "hidden state of token " + std::to_string(pos / 512) + " has a non-finite value (nan) at index " +
+                                 std::to_string(pos % 512);
+        EXPECT_EQ(std::string(e.what()), want) << "T=" << T;
+      }
+      const std::vector<float> good = test_hidden(T, 512);
+      expect_same(split.run(good, T), one.run(good, T), "after a refused call, T=" + std::to_string(T));
     }
   }
 }

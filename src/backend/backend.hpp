@@ -47,9 +47,12 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  // hidden: tokens x head.hidden f32, already checked finite by the engine.
+  // hidden: tokens x head.hidden f32, checked finite by the engine unless checks_finite_input().
   virtual void forward(const float* hidden, int tokens, const ForwardRequest& request,
                        ForwardOutput& out) = 0;
+  // True when forward() refuses a non-finite hidden value itself, before any device work, with
+  // non_finite_hidden_error (backend/input_check.hpp): the engine then skips its own pass.
+  virtual bool checks_finite_input() const { return false; }
 };
 
 std::unique_ptr<Backend> make_scalar_backend(const HeadView& head);

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "backend/backend.hpp"
+#include "backend/input_check.hpp"
 #include "backend/sharding.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/device_memory.hpp"
@@ -153,6 +154,7 @@ class MultiGpuBackend final : public Backend {
   }
 
   const std::vector<std::unique_ptr<Backend>>& parts() const { return parts_; }
+  bool checks_finite_input() const override { return shared_; }
 
   std::string name() const override {
     return "cuda x" + std::to_string(gpus_) + " GPU(s), " + std::to_string(parts_.size()) + " shard(s)";
@@ -166,13 +168,23 @@ class MultiGpuBackend final : public Backend {
     if (shared_) {
       const size_t values = size_t(tokens) * size_t(head_.hidden);
       std::atomic<int> copied{0};
+      std::atomic<size_t> first_bad{values};
       pool_.run([&](int s) {
         const size_t lo = values * size_t(s) / size_t(n), hi = values * size_t(s + 1) / size_t(n);
-        std::memcpy(shared_input_.host() + lo, hidden + lo, (hi - lo) * sizeof(float));
-        // No shard may launch before every share is in place. memcpy cannot throw and every
-        // shard runs on its own thread, so all of them arrive.
+        const size_t bad = lo + copy_checking_finite(shared_input_.host() + lo, hidden + lo, hi - lo);
+        if (bad < hi) {
+          size_t seen = first_bad.load(std::memory_order_relaxed);
+          while (bad < seen && !first_bad.compare_exchange_weak(seen, bad, std::memory_order_acq_rel)) {}
+        }
+        // No shard may launch before every share is in place and checked. Copying cannot throw
+        // and every shard runs on its own thread, so all of them arrive.
         copied.fetch_add(1, std::memory_order_acq_rel);
         while (copied.load(std::memory_order_acquire) < n) cpu_relax();
+        const size_t first = first_bad.load(std::memory_order_acquire);
+        if (first < values) {  // nobody launches; the shard holding the first bad value says so
+          if (first >= lo && first < hi) throw non_finite_hidden_error(hidden, first, head_.hidden);
+          return;
+        }
         parts_[size_t(s)]->forward(shared_input_.host(), tokens, shard_req, outs_[size_t(s)]);
       });
     } else {

@@ -2,11 +2,10 @@
 // kMaxTokensPerPass tokens, and turns the backend's per-token summaries into token choices.
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
-#include <cstring>
 #include <string>
 
 #include "backend/backend.hpp"
+#include "backend/input_check.hpp"
 #include "backend/sharding.hpp"
 #include "model/resources.hpp"
 #include "lmhead/lmhead.hpp"
@@ -47,29 +46,6 @@ HeadView head_view(const Model& m) {
   h.logit_scale = c.logit_scale;
   h.softcap = c.softcap;
   return h;
-}
-
-// Index of the first NaN or infinity in x[0, n), or n. The check runs on every call, over up to
-// 16 x hidden values: an early-exit loop does not vectorize and took 58 us per 16-token call at the
-// Muse shape; blocks of 64 without a branch per value take 4.7 us with AVX2, 7 us with SSE2.
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-size_t first_non_finite(const float* x, size_t n) {
-  constexpr size_t kBlock = 64;
-  size_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    uint32_t any = 0;
-    for (size_t j = 0; j < kBlock; ++j) {
-      uint32_t bits;
-      std::memcpy(&bits, x + i + j, 4);
-      any |= (bits & 0x7f800000u) + 0x00800000u;  // bit 31 set iff the exponent is all ones
-    }
-    if (any & 0x80000000u) break;
-  }
-  for (; i < n; ++i)
-    if (!std::isfinite(x[i])) return i;
-  return n;
 }
 
 void append(std::vector<float>& to, std::vector<float>& from) { to.insert(to.end(), from.begin(), from.end()); }
@@ -134,9 +110,11 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
                 std::to_string(tokens) + " tokens x " + std::to_string(c.hidden));
   if (options.top_k < 0 || options.top_k > c.vocab)
     throw Error("top-k must be between 0 and the vocabulary size " + std::to_string(c.vocab));
-  if (const size_t i = first_non_finite(hidden.data(), hidden.size()); i < hidden.size())
-    throw Error("hidden state of token " + std::to_string(i / c.hidden) + " has a non-finite value (" +
-                std::to_string(hidden[i]) + ") at index " + std::to_string(i % c.hidden));
+  // One pass through a backend that checks while it copies (it names the same token and index);
+  // otherwise every value is checked here, before any pass runs.
+  if (tokens > kMaxTokensPerPass || !backend_->checks_finite_input())
+    if (const size_t i = first_non_finite(hidden.data(), hidden.size()); i < hidden.size())
+      throw non_finite_hidden_error(hidden.data(), i, c.hidden);
 
   ForwardRequest req;
   req.activations = options.activations;
