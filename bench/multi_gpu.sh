@@ -36,6 +36,13 @@ timeout 240 "$BUILD/lmhead_tests" --gtest_filter='MultiGpu*:Sharding*:Cuda*' 2>&
   tee "$OUT/tests.log" | grep -vE '^\[ +(RUN|OK) +\]'
 TESTS_RC=$?
 
+step "the two-GPU split taken apart: one GPU, each shard alone, both (cuda_bench --multi, host phases per call)"
+if [ -x "$BUILD/cuda_bench" ]; then
+  timeout 300 "$BUILD/cuda_bench" --multi ${REPEAT:-300} 2>&1 | grep -v uploading | tee "$OUT/multi.log"
+else
+  echo "no $BUILD/cuda_bench (built with LMHEAD_BENCH=ON): skipped"
+fi
+
 step "bench: lmhead bench --backend cuda --gpus $GPUS (Muse shape), one-GPU engine timed in the same run"
 M=/tmp/muse-q5k.gguf
 [ -f $M ] || timeout 200 "$BUILD/lmhead" make $M --quiet
@@ -64,4 +71,5 @@ wait
 step "summary"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |SKIPPED|FAILED" "$OUT/tests.log" | head -20
 echo "tests rc=$TESTS_RC bench rc=$BENCH_RC"
+[ -f "$OUT/multi.log" ] && grep -E "^check|defaults" -A9 "$OUT/multi.log" | grep -E "^check|^\| (1|16) \||defaults"
 grep -E "^gpus " "$OUT/bench.log"
