@@ -4,7 +4,7 @@
 //   argmax / ties  one TokenSummary per shard and token (value, lowest id, tie count, tied ids),
 //   top-k          k candidates per shard and token,
 //   logprobs       two phases: the merged maximum goes back to every shard, which sums
-//                  exp(x - max) over its own 4096-id chunks on its GPU; the chunk sums are added
+//                  exp(x - max) over its own 512-id chunks on its GPU; the chunk sums are added
 //                  in id order on the host, exactly as the one-GPU backend adds its own.
 // Logits travel only when asked for. Every byte equals the one-GPU result for any shard count.
 #include <cuda_runtime.h>

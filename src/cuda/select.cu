@@ -1,6 +1,6 @@
 // Selection beyond the fused argmax, over the capped logits the head kernel stored: top-k per
 // 4096-id chunk (the host merges the chunk lists with select::merge) and the sums of exponentials
-// in select::sum_exp's order (sequential inside each 4096-id chunk; the host adds the chunk sums in
+// in select::sum_exp's order (sequential inside each 512-id chunk; the host adds the chunk sums in
 // id order). Also the node route's intermediate stages and the tanh sweep test hook.
 #include <cuda_runtime.h>
 

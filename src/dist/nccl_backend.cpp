@@ -2,8 +2,8 @@
 // rows plan_shards gives rank R of N), then the ranks ncclAllGather fixed-size packed per-token
 // summaries and every rank merges them in rank order, so every rank holds the same answer:
 //   argmax / ties / top-k   22 + 2k int32 words per token and rank,
-//   logprobs                a second all-gather: each rank's 4096-id chunk sums of exp(x - M)
-//                           against the merged maximum M (ceil(max shard rows / 4096) doubles
+//   logprobs                a second all-gather: each rank's 512-id chunk sums of exp(x - M)
+//                           against the merged maximum M (ceil(max shard rows / 512) doubles
 //                           per token and rank), added in id order as on one GPU,
 //   logits                  only with --out: [T, max shard rows] floats per rank.
 #include <cuda_runtime.h>
