@@ -631,16 +631,7 @@ TEST(CudaBackend, GoldenFilesByteForByte) {
     auto model = Model::open(data_dir() + "/" + stem + ".gguf");
     auto vectors = gguf::File::open(data_dir() + "/" + stem + ".vectors.gguf");
     const HeadConfig& c = model->config();
-    HeadView h;
-    h.type = c.head_type;
-    h.weights = model->head_weights();
-    h.vocab = c.vocab;
-    h.hidden = c.hidden;
-    h.row_bytes = c.row_bytes;
-    h.gamma = model->norm_weight();
-    h.eps = c.eps;
-    h.logit_scale = c.logit_scale;
-    h.softcap = c.softcap;
+    const HeadView h = head_view(*model);
     auto tensor = [&](const char* name) {
       const gguf::TensorInfo* t = vectors->find_tensor(name);
       EXPECT_NE(t, nullptr) << name;

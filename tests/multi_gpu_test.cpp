@@ -102,17 +102,7 @@ TEST(MultiGpu, EveryCallSeesItsOwnInput) {
   SKIP_WITH_FEWER_GPUS(1);
   TempDir dir;
   auto model = Model::open(make_model(dir));
-  const HeadConfig& c = model->config();
-  HeadView h;
-  h.type = c.head_type;
-  h.weights = model->head_weights();
-  h.vocab = c.vocab;
-  h.hidden = c.hidden;
-  h.row_bytes = c.row_bytes;
-  h.gamma = model->norm_weight();
-  h.eps = c.eps;
-  h.logit_scale = c.logit_scale;
-  h.softcap = c.softcap;
+  const HeadView h = head_view(*model);
   auto one = make_cuda_backend(h, 1);
   const int gpus = std::min(2, cuda::device_count());
   auto split = make_multi_gpu_backend(h, 3, gpus);

@@ -73,9 +73,7 @@ TEST(Sharding, TiesAcrossShardBoundaries) {
   auto model = Model::open(data_path("tail-q5k-v4099-h512.gguf"));
   auto vectors = gguf::File::open(data_path("tail-q5k-v4099-h512.vectors.gguf"));
   const std::vector<float> hidden = golden_f32(*vectors, "hidden");
-  const HeadView head{model->config().head_type, model->head_weights(), model->config().vocab, model->config().hidden,
-                      model->config().row_bytes, model->norm_weight(), model->config().eps,
-                      model->config().logit_scale, model->config().softcap};
+  const HeadView head = head_view(*model);
   auto split = make_sharded_backend(head, 3, [](const HeadView& h, int) { return make_scalar_backend(h); }, 5);
   // 820 shards of 5 rows put ids 0, 7 and 14 in three different shards; 3 shards of whole 5-row
   // units keep them in one. Both must report the same tie.

@@ -25,6 +25,22 @@ struct HeadView {
   float softcap = 0.0f;              // 0: scale only
 };
 
+// The head of an opened model as the backends see it (pointers into the model's mapping).
+inline HeadView head_view(const Model& m) {
+  const HeadConfig& c = m.config();
+  HeadView h;
+  h.type = c.head_type;
+  h.weights = m.head_weights();
+  h.vocab = c.vocab;
+  h.hidden = c.hidden;
+  h.row_bytes = c.row_bytes;
+  h.gamma = m.norm_weight();
+  h.eps = c.eps;
+  h.logit_scale = c.logit_scale;
+  h.softcap = c.softcap;
+  return h;
+}
+
 struct ForwardRequest {
   ActivationRoute activations = ActivationRoute::q8;
   SoftcapRoute softcap = SoftcapRoute::nodes;

@@ -33,21 +33,6 @@ bool parse_name(const Names<E> (&table)[N], std::string_view s, E& out) {
   return false;
 }
 
-HeadView head_view(const Model& m) {
-  const HeadConfig& c = m.config();
-  HeadView h;
-  h.type = c.head_type;
-  h.weights = m.head_weights();
-  h.vocab = c.vocab;
-  h.hidden = c.hidden;
-  h.row_bytes = c.row_bytes;
-  h.gamma = m.norm_weight();
-  h.eps = c.eps;
-  h.logit_scale = c.logit_scale;
-  h.softcap = c.softcap;
-  return h;
-}
-
 void append(std::vector<float>& to, std::vector<float>& from) { to.insert(to.end(), from.begin(), from.end()); }
 
 void add_times(std::vector<StageTime>& to, const std::vector<StageTime>& from) {
