@@ -108,6 +108,11 @@ TEST(MultiGpu, EveryCallSeesItsOwnInput) {
   auto split = make_multi_gpu_backend(h, 3, gpus);
   std::mt19937_64 rng(11);
   std::normal_distribution<float> n(0.0f, 1.0f);
+  {
+    const std::vector<float> too_many(17 * 512, 1.0f);
+    ForwardOutput out;
+    EXPECT_THROW(split->forward(too_many.data(), 17, ForwardRequest{}, out), Error);
+  }
   for (bool shared : {true, false}) {
     cuda::set_shared_input(*split, shared);
     for (int call = 0; call < 40; ++call) {

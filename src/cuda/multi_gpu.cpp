@@ -161,6 +161,10 @@ class MultiGpuBackend final : public Backend {
   }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
+    // Checked here too: the shared input holds kMaxTokens tokens and is filled before any shard runs.
+    if (tokens < 1 || tokens > kMaxTokens)
+      throw Error("the multi-GPU cuda head runs 1 to " + std::to_string(kMaxTokens) + " tokens per pass, got " +
+                  std::to_string(tokens));
     const int n = int(parts_.size());
     const int64_t V = head_.vocab;
     ForwardRequest shard_req = req;
