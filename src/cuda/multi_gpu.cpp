@@ -248,13 +248,13 @@ class MultiGpuBackend final : public Backend {
   ShardPool pool_;  // last: its threads stop before the parts they call go away
 };
 
-}  // namespace
-
 MultiGpuBackend& as_multi(Backend& backend) {
   auto* multi = dynamic_cast<MultiGpuBackend*>(&backend);
   if (multi == nullptr) throw Error("not the multi-GPU backend: " + backend.name());
   return *multi;
 }
+
+}  // namespace
 
 void set_tuning_of_shards(Backend& backend, const Tuning& tuning) {
   for (const auto& part : as_multi(backend).parts()) set_tuning(*part, tuning);
