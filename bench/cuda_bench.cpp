@@ -100,6 +100,11 @@ std::vector<float> make_hidden(int T, uint64_t seed) {
   return x;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 struct Timing {
   double wall_ms = 0;   // median of forward() wall time (what a caller sees)
   double gpu_ms = 0;    // median of the graph's event time (first to last event)
@@ -113,7 +118,6 @@ struct Timing {
 Timing time_forward(Backend& b, int T, int runs, const ForwardRequest& request) {
   const std::vector<float> hidden = make_hidden(T, 77 + T);
   ForwardOutput out;
-  auto median = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
   ForwardRequest timed = request;
   timed.want_stage_times = true;
   for (int i = 0; i < 5; ++i) {
@@ -198,7 +202,6 @@ int multi(int runs) {
   auto s0 = make_cuda_backend_on_device(shard_view(q5.view, b[0], b[1]), 0);
   auto s1 = make_cuda_backend_on_device(shard_view(q5.view, b[1], b[2]), 1);
   auto both = make_multi_gpu_backend(q5.view, 2, 2);
-  auto median = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
   struct Phases {
     double wall = 0, copy = 0, launch = 0, wait = 0, rest = 0;
     std::string str() const {

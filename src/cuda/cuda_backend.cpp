@@ -22,6 +22,7 @@
 #include "cuda/device_memory.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/multi_gpu.hpp"
+#include "cuda/spin.hpp"
 #include "cuda/stream_layout.hpp"
 #include "quant/activation.hpp"
 
@@ -133,8 +134,8 @@ class CudaBackend final : public Backend {
     Shape shape = make_shape(tokens, req);
     ensure_buffers(shape);
 
-    // A caller that wrote the hidden states into this backend's input buffer (input_buffer())
-    // saves the copy: the multi-GPU backend's shards share one buffer, each copying a share.
+    // A caller that already wrote the hidden states into this backend's input buffer saves the
+    // copy: the multi-GPU backend's shards share one buffer (use_input_buffer), each copying a share.
     float* const input = shared_input_ != nullptr ? shared_input_ : hidden_.host();
     if (hidden != input) std::memcpy(input, hidden, size_t(tokens) * size_t(H) * sizeof(float));
     const auto t_copied = std::chrono::steady_clock::now();
@@ -237,7 +238,6 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(caller_device_));
     shared_input_ = portable;
   }
-  float* input_buffer() const { return shared_input_ != nullptr ? shared_input_ : hidden_.host(); }
 
   // Phase two of the multi-GPU logprob exchange: the chunk sums of exp(x - max[t]) over the
   // logits the last forward left on the device, with the caller's (global) maximum instead of
@@ -680,9 +680,7 @@ class CudaBackend final : public Backend {
         }
         if (e != cudaErrorNotReady) CUDA_CHECK(e);
       }
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
+      cpu_relax();
     }
   }
 
@@ -803,7 +801,6 @@ void chunk_sums_against(Backend& backend, const float* max_per_token, int tokens
 }
 CallInfo last_call(Backend& backend) { return as_cuda(backend).last_; }
 void use_input_buffer(Backend& backend, float* portable) { as_cuda(backend).use_input_buffer(portable); }
-float* input_buffer(Backend& backend) { return as_cuda(backend).input_buffer(); }
 
 void tanh_sweep(uint64_t first, uint64_t count, uint32_t* host_out) {
   std::string why;

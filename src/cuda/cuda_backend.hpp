@@ -53,11 +53,9 @@ struct CallInfo {
 void set_tuning(Backend& backend, const Tuning& tuning);
 Tuning get_tuning(Backend& backend);
 CallInfo last_call(Backend& backend);
-// The page-locked, mapped buffer forward() reads the hidden states from: a caller that writes them
-// there (kMaxTokens x hidden floats) and passes this pointer to forward() saves a copy.
-float* input_buffer(Backend& backend);
 // Makes the backend read its input from `portable` (cudaHostAllocMapped | cudaHostAllocPortable,
-// kMaxTokens x hidden floats, owned by the caller and outliving the backend's use of it).
+// kMaxTokens x hidden floats, owned by the caller and outliving the backend's use of it); a
+// forward() whose hidden pointer is `portable` itself skips the copy (nullptr: its own buffer again).
 void use_input_buffer(Backend& backend, float* portable);
 
 // The SM clock as a kernel sees it (clock64 against the global nanosecond timer over 0.2 ms).

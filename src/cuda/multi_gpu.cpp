@@ -27,6 +27,7 @@
 #include "cuda/device_memory.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/multi_gpu.hpp"
+#include "cuda/spin.hpp"
 
 namespace lmhead {
 namespace cuda {
@@ -43,14 +44,6 @@ int device_count() {
 }
 
 namespace {
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
 
 // One persistent thread per shard beyond the first. Starting threads per call costs tens of
 // microseconds, a fifth of a one-GPU T=1 call; a worker spins briefly after each job (a decode
