@@ -44,7 +44,7 @@ __global__ void clock_probe_kernel(unsigned long long ns, double* mhz) {
 }  // namespace
 
 double measure_sm_clock_mhz() {
-  DeviceArray<double> out(1);
+  DeviceArray<double> out(1, nullptr);  // the legacy stream, like the probe kernel
   clock_probe_kernel<<<1, 1>>>(200000ull, out.get());
   CUDA_CHECK_LAUNCH("clock_probe_kernel");
   double mhz = 0;
@@ -61,9 +61,10 @@ double measure_cuda_read_ceiling_gbps(uint64_t bytes) {
   bytes = bytes / 16 * 16;
   if (bytes == 0) throw Error("cuda read ceiling: needs at least 16 bytes");
   DeviceArray<uint8_t> buf;
-  buf.reset(bytes);
+  // Everything here runs on the legacy default stream, in order.
+  buf.reset(bytes, nullptr);
   CUDA_CHECK(cudaMemset(buf.get(), 0x5A, bytes));
-  DeviceArray<unsigned> sink(1);
+  DeviceArray<unsigned> sink(1, nullptr);
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaEvent_t a, b;

@@ -88,28 +88,32 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreate(&e));
 
+    // Every upload, fill and kernel of this backend goes to stream_, so each is ordered before
+    // the work that reads it (docs/cuda.md, "Completion"); the synchronize at the end makes the
+    // backend complete when the constructor returns.
     upload_weights();
     const int64_t H = head.hidden, V = head.vocab;
-    gamma_.reset(size_t(H));
-    CUDA_CHECK(cudaMemcpy(gamma_.get(), head.gamma, size_t(H) * 4, cudaMemcpyHostToDevice));
+    gamma_.reset(size_t(H), stream_);
+    CUDA_CHECK(cudaMemcpyAsync(gamma_.get(), head.gamma, size_t(H) * 4, cudaMemcpyHostToDevice, stream_));
     const size_t groups256 = size_t(H + 255) / 256;
-    act_qs_.reset(groups256 * kMaxTokens * kActPitch);
-    act_d_.reset(size_t(H + 31) / 32 * kMaxTokens);
-    act_bsp_.reset(groups256 * kMaxTokens * 4);
-    act_frag_.reset(groups256 * kMaxTokens * kFragPitch);
-    act_lanes_.reset(groups256 * kLanesTokens * 32 * kLanesPitch);  // zero slots must stay zero
-    act_f_.reset(groups256 * 256 * kMaxTokens);
-    logits_store_.reset(size_t(V) * kMaxTokens + 2 * kGuard);
-    CUDA_CHECK(cudaMemset(logits_store_.get(), 0xA5, logits_store_.bytes()));
+    act_qs_.reset(groups256 * kMaxTokens * kActPitch, stream_);
+    act_d_.reset(size_t(H + 31) / 32 * kMaxTokens, stream_);
+    act_bsp_.reset(groups256 * kMaxTokens * 4, stream_);
+    act_frag_.reset(groups256 * kMaxTokens * kFragPitch, stream_);
+    act_lanes_.reset(groups256 * kLanesTokens * 32 * kLanesPitch, stream_);  // zero slots must stay zero
+    act_f_.reset(groups256 * 256 * kMaxTokens, stream_);
+    logits_store_.reset(size_t(V) * kMaxTokens + 2 * kGuard, stream_);
+    CUDA_CHECK(cudaMemsetAsync(logits_store_.get(), 0xA5, logits_store_.bytes(), stream_));
     logits_ = logits_store_.get() + kGuard;
-    partials_.reset(size_t(num_sms_) * kPartialBlocksPerSm * kMaxTokens);
-    counters_.reset(3);
+    partials_.reset(size_t(num_sms_) * kPartialBlocksPerSm * kMaxTokens, stream_);
+    counters_.reset(3, stream_);
     done_flag_.reset(1);
     *done_flag_.host() = 0;
-    max_out_.reset(kMaxTokens);
+    max_out_.reset(kMaxTokens, stream_);
     hidden_.reset(size_t(H) * kMaxTokens);
     results_.reset(kMaxTokens);
     norm_path_.reset(kMaxTokens);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaSetDevice(caller_device_));
   }
 
@@ -150,7 +154,7 @@ class CudaBackend final : public Backend {
     // Nothing after the head kernel: wait on its done flag, and skip the timing events.
     const bool poll = tuning_.poll_done && !req.want_stage_times && !tuning_.check_guards && shape.k == 0 &&
                       !shape.logprobs && !shape.logits && !shape.stages;
-    const unsigned flag_before = *reinterpret_cast<volatile unsigned*>(done_flag_.host());
+    const unsigned flag_before = __atomic_load_n(done_flag_.host(), __ATOMIC_ACQUIRE);
     auto it = graphs_.find(key);
     if (!poll) record_event(0);
     if (tuning_.use_graph && it != graphs_.end()) {
@@ -249,7 +253,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(device_));
     const size_t V = size_t(head_.vocab), chunks = (V + kSumExpChunk - 1) / kSumExpChunk;
     if (chunk_sums_.size() < size_t(kMaxTokens) * chunks) {
-      chunk_sums_.reset(size_t(kMaxTokens) * chunks);
+      chunk_sums_.reset(size_t(kMaxTokens) * chunks, stream_);
       h_sums_.reset(size_t(kMaxTokens) * chunks);
       clear_graphs();  // captured graphs may hold the old buffers
     }
@@ -399,10 +403,10 @@ class CudaBackend final : public Backend {
       throw Error("the " + std::string(tensor_type_name(head_.type)) + " head does not fit on the GPU: it needs about " +
                   std::to_string(needed) + " bytes (weights " + std::to_string(total) + " + working buffers), but only " +
                   std::to_string(free_bytes) + " of " + std::to_string(total_bytes) + " bytes are free");
-    weights_.reset(total + 256);  // tail slack: 16-byte loads past the last row stay inside
+    weights_.reset(total + 256, stream_);  // tail slack: 16-byte loads past the last row stay inside
     if (keep_stream)
-      for (const StreamCopy& c : copies) c.target->reset(c.bytes);
-    if (layout_.aux_d) aux_.reset(size_t(V) * layout_.groups);
+      for (const StreamCopy& c : copies) c.target->reset(c.bytes, stream_);
+    if (layout_.aux_d) aux_.reset(size_t(V) * layout_.groups, stream_);
     const bool progress = total > (uint64_t(256) << 20);
     const bool same_bytes = head_.type == TensorType::Q4_K || head_.type == TensorType::Q5_K;
     // Whole 16-row tiles per chunk (the stream layout is tile-major).
@@ -415,8 +419,8 @@ class CudaBackend final : public Backend {
       const int64_t n = std::min(rows_per_chunk, V - r0);
       uint8_t* dst = weights_.get() + uint64_t(r0) * uint64_t(layout_.row_stride);
       if (same_bytes && head_.row_bytes == uint64_t(layout_.row_stride)) {
-        CUDA_CHECK(cudaMemcpy(dst, head_.weights + uint64_t(r0) * head_.row_bytes, size_t(n) * head_.row_bytes,
-                              cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpyAsync(dst, head_.weights + uint64_t(r0) * head_.row_bytes, size_t(n) * head_.row_bytes,
+                                   cudaMemcpyHostToDevice, stream_));
       } else {
         staging.resize(size_t(n) * size_t(layout_.row_stride));
         if (layout_.aux_d) aux_staging.resize(size_t(n) * size_t(layout_.groups));
@@ -424,10 +428,9 @@ class CudaBackend final : public Backend {
           to_device_row(layout_, head_.weights + uint64_t(r0 + r) * head_.row_bytes, head_.hidden,
                         staging.data() + size_t(r) * size_t(layout_.row_stride),
                         layout_.aux_d ? aux_staging.data() + size_t(r) * size_t(layout_.groups) : nullptr);
-        CUDA_CHECK(cudaMemcpy(dst, staging.data(), staging.size(), cudaMemcpyHostToDevice));
+        upload(dst, staging.data(), staging.size());
         if (layout_.aux_d)
-          CUDA_CHECK(cudaMemcpy(aux_.get() + size_t(r0) * size_t(layout_.groups), aux_staging.data(),
-                                aux_staging.size() * 2, cudaMemcpyHostToDevice));
+          upload(aux_.get() + size_t(r0) * size_t(layout_.groups), aux_staging.data(), aux_staging.size() * 2);
       }
       if (keep_stream)
         for (const StreamCopy& c : copies) {
@@ -449,8 +452,7 @@ class CudaBackend final : public Backend {
               }
             });
           for (std::thread& th : pool) th.join();
-          CUDA_CHECK(cudaMemcpy(c.target->get() + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(),
-                                staging.size(), cudaMemcpyHostToDevice));
+          upload(c.target->get() + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(), staging.size());
         }
       if (progress) {
         const int pct = int(100 * (r0 + n) / V);
@@ -463,12 +465,21 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // A staging buffer the caller reuses at once: cudaMemcpyAsync from pageable memory returns only
+  // after the bytes have left it, and the copy is ordered on stream_ before every kernel.
+  void upload(void* dst, const void* src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+
   // Lazily sized buffers of the optional outputs. A reallocation invalidates captured graphs.
   void ensure_buffers(const Shape& s) {
     const size_t V = size_t(head_.vocab), H = size_t(head_.hidden);
     bool changed = false;
     auto grow = [&](auto& arr, size_t n) {
-      if (arr.size() < n) { arr.reset(n); changed = true; }
+      if (arr.size() >= n) return;
+      if constexpr (requires { arr.host(); }) arr.reset(n);  // mapped host memory: no stream involved
+      else arr.reset(n, stream_);
+      changed = true;
     };
     const size_t TV = size_t(kMaxTokens) * V;
     if (s.logits || s.stages) grow(h_logits_, TV);
@@ -658,7 +669,8 @@ class CudaBackend final : public Backend {
     std::vector<uint32_t> band(kGuard);
     const size_t V = size_t(head_.vocab);
     for (const float* p : {logits_store_.get(), logits_ + V * kMaxTokens}) {
-      CUDA_CHECK(cudaMemcpy(band.data(), p, kGuard * 4, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpyAsync(band.data(), p, kGuard * 4, cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
       for (uint32_t w : band)
         if (w != kGuardWord) return false;
     }
@@ -668,14 +680,20 @@ class CudaBackend final : public Backend {
   // The last kernel's flag reaches host memory after its results; the stream reports completion
   // some microseconds later. Every 256 spins the stream is asked too, so a failed kernel surfaces
   // as its error instead of a hang.
+  //
+  // Ordering: the last block writes the answers to mapped memory, then __threadfence_system(), then
+  // the flag, so the answers reach host memory first (PCIe keeps posted writes in order too). On the
+  // host the flag is read with acquire semantics, so neither the compiler nor the CPU moves the
+  // reads of the answers before it.
   void wait_for_done_flag(unsigned before) {
-    const volatile unsigned* flag = done_flag_.host();
+    const unsigned* flag = done_flag_.host();
+    auto changed = [&] { return __atomic_load_n(flag, __ATOMIC_ACQUIRE) != before; };
     for (unsigned spin = 1;; ++spin) {
-      if (*flag != before) return;
+      if (changed()) return;
       if (spin % 256 == 0) {
         const cudaError_t e = cudaStreamQuery(stream_);
         if (e == cudaSuccess) {
-          if (*flag != before) return;
+          if (changed()) return;
           throw Error("the head kernel finished without writing its done flag");
         }
         if (e != cudaErrorNotReady) CUDA_CHECK(e);
@@ -805,7 +823,7 @@ void use_input_buffer(Backend& backend, float* portable) { as_cuda(backend).use_
 void tanh_sweep(uint64_t first, uint64_t count, uint32_t* host_out) {
   std::string why;
   if (!cuda_available(&why)) throw Error("tanh_sweep: " + why);
-  DeviceArray<uint32_t> out(count);
+  DeviceArray<uint32_t> out(count, nullptr);  // the legacy stream, in order with the sweep and the copy
   launch_tanh_sweep(first, count, out.get(), nullptr);
   CUDA_CHECK(cudaMemcpy(host_out, out.get(), count * 4, cudaMemcpyDeviceToHost));
 }

@@ -14,7 +14,7 @@ template <typename T>
 class DeviceArray {
  public:
   DeviceArray() = default;
-  explicit DeviceArray(size_t n) { reset(n); }
+  DeviceArray(size_t n, cudaStream_t stream) { reset(n, stream); }
   ~DeviceArray() { release(); }
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
@@ -24,15 +24,18 @@ class DeviceArray {
     return *this;
   }
   // Allocates n elements and fills them with zero bytes, so nothing the kernels read is ever
-  // uninitialised (compute-sanitizer initcheck stays quiet).
-  void reset(size_t n) {
+  // uninitialised (compute-sanitizer initcheck stays quiet). The zeros are queued on `stream`, the
+  // stream whose work uses the buffer: a plain cudaMemset returns before it runs and goes to the
+  // legacy default stream, which a cudaStreamNonBlocking stream does not wait for, so under load it
+  // could land after a kernel's output and erase it (docs/cuda.md, "Completion").
+  void reset(size_t n, cudaStream_t stream) {
     release();
     if (n == 0) return;
     void* p = nullptr;
     CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
     ptr_ = static_cast<T*>(p);
     n_ = n;
-    CUDA_CHECK(cudaMemset(ptr_, 0, n * sizeof(T)));
+    CUDA_CHECK(cudaMemsetAsync(ptr_, 0, n * sizeof(T), stream));
   }
   T* get() const { return ptr_; }
   size_t size() const { return n_; }
@@ -53,6 +56,7 @@ class DeviceArray {
 template <typename T>
 class MappedHostArray {
  public:
+  enum class Mapping { this_device, portable };
   MappedHostArray() = default;
   explicit MappedHostArray(size_t n) { reset(n); }
   ~MappedHostArray() { release(); }
@@ -60,7 +64,8 @@ class MappedHostArray {
   MappedHostArray& operator=(const MappedHostArray&) = delete;
   // portable: mapped into every device's address space (one buffer read by several GPUs); the
   // device pointer is then the host pointer (unified addressing).
-  void reset(size_t n, bool portable = false) {
+  void reset(size_t n, Mapping mapping = Mapping::this_device) {
+    const bool portable = mapping == Mapping::portable;
     release();
     if (n == 0) return;
     void* p = nullptr;

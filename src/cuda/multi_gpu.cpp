@@ -134,7 +134,7 @@ class MultiGpuBackend final : public Backend {
       parts_.push_back(make_cuda_backend_on_device(shard_view(head, bounds_[s], bounds_[s + 1]), s % gpus));
     outs_.resize(size_t(shards));
     sums_.resize(size_t(shards));
-    shared_input_.reset(size_t(kMaxTokens) * size_t(head.hidden), /*portable=*/true);
+    shared_input_.reset(size_t(kMaxTokens) * size_t(head.hidden), MappedHostArray<float>::Mapping::portable);
     set_shared_input(true);
   }
 
