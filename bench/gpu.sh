@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One run on the GPU machine: build (or use a carried build), GPU tests (with the all-floats tanh
-# sweep), compute-sanitizer memcheck + racecheck on small cases, then the Muse-shape benchmark
-# sweep with a read ceiling measured in the same run. Prints a summary table last.
+# sweep), the concurrency stress and ROUNDS (10) rounds of every GPU test eight at a time,
+# compute-sanitizer memcheck + racecheck + synccheck, then the Muse-shape benchmark sweep with a
+# read ceiling measured in the same run. Prints a summary table last.
 #   bench/gpu.sh [BUILD_DIR]     (default: build/cuda-carry if it holds binaries, else build/gpu)
+#   MODE=stress bench/gpu.sh     the correctness-under-load steps alone
 # Logs go to $OUT (or /tmp/lmhead-gpu).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +19,8 @@ if [ -z "$BUILD" ]; then
   if [ -x build/cuda-carry/lmhead_tests ] && [ -x build/cuda-carry/cuda_bench ]; then BUILD=build/cuda-carry; else BUILD=build/gpu; fi
 fi
 export LMHEAD_TEST_DATA_DIR=$ROOT/tests/data
+# Every GPU test (and the golden and sharding tests beside them), for the concurrency rounds.
+GPU_TESTS='Cuda*:MultiGpu*:*Golden*:Sharding*'
 
 step() { echo; echo "==== $* ===="; }
 
@@ -45,9 +49,53 @@ if [ "${MODE:-full}" = "profile" ]; then
   exit 0
 fi
 
+export LMHEAD_CLI=$ROOT/$BUILD/lmhead  # the tests' compiled-in path may be another checkout's
+
+# Concurrency is a correctness property (docs/cuda.md, "Completion"): many backends and threads in
+# one process, several processes at once, every call against the scalar bytes; then every GPU test
+# as its own process, eight at a time (what ctest -j8 does), ROUNDS times, failures per round.
+stress_and_rounds() {
+  step "stress: backends x threads in one process, and three processes at once"
+  LMHEAD_STRESS_CALLS=${STRESS_CALLS:-6000} timeout 300 "$BUILD/lmhead_tests" --gtest_filter='CudaStress.*' 2>&1 |
+    tee "$OUT/stress.log" | grep -E "stress|process|OK|FAILED|PASSED"
+  STRESS_RC=${PIPESTATUS[0]}
+  step "every GPU test as its own process, 8 at a time, ${ROUNDS:-10} rounds"
+  local tests
+  tests=$("$BUILD/lmhead_tests" --gtest_list_tests --gtest_filter="$GPU_TESTS" | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }')
+  ROUNDS_FAILED=0
+  for r in $(seq 1 "${ROUNDS:-10}"); do
+    local t0=$SECONDS
+    local failed
+    failed=$(printf '%s\n' $tests | xargs -P8 -I{} sh -c 'o=$("$0" --gtest_filter="$1" 2>&1) || { echo "FAILED $1"; echo "$o" | grep -E "Failure|error|differ|Which is" | head -5; }' \
+      "$BUILD/lmhead_tests" {})
+    local n
+    n=$(printf '%s' "$failed" | grep -c '^FAILED' || true)
+    ROUNDS_FAILED=$((ROUNDS_FAILED + n))
+    echo "round $r: $(printf '%s\n' $tests | wc -l) tests, $n failed ($((SECONDS - t0)) s)" | tee -a "$OUT/rounds.log"
+    [ -n "$failed" ] && printf '%s\n' "$failed" | tee -a "$OUT/rounds.log"
+  done
+  for tool in racecheck synccheck; do
+    step "compute-sanitizer $tool on the stress test (a short run)"
+    LMHEAD_STRESS_CALLS=40 LMHEAD_STRESS_THREADS=4 LMHEAD_STRESS_TOKENS=1,9 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$BUILD/lmhead_tests" --gtest_filter='CudaStress.ManyBackendsManyThreadsGiveTheScalarBytes' 2>&1 | tail -6 | tee "$OUT/stress-$tool.log"
+  done
+}
+
+if [ "${MODE:-full}" = "stress" ]; then
+  stress_and_rounds
+  step "summary"
+  grep -h "^\[ stress \]\|^process" "$OUT/stress.log"
+  cat "$OUT/rounds.log"
+  grep -h "SUMMARY" "$OUT"/stress-*.log
+  echo "stress rc=$STRESS_RC, failed tests over all rounds: $ROUNDS_FAILED"
+  exit 0
+fi
+
 step "GPU tests (fresh random inputs; seed printed on failure)"
 LMHEAD_CUDA_TANH_SWEEP=1 timeout 300 "$BUILD/lmhead_tests" --gtest_filter='Cuda*' 2>&1 | tee "$OUT/tests.log"
 TESTS_RC=$?
+
+stress_and_rounds
 
 step "compute-sanitizer memcheck"
 timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
@@ -88,7 +136,10 @@ fi
 
 step "summary"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ info \]" "$OUT/tests.log" | head -30
-echo "tests rc=$TESTS_RC memcheck rc=$MEMCHECK_RC racecheck rc=$RACECHECK_RC bench rc=$BENCH_RC"
+echo "tests rc=$TESTS_RC memcheck rc=$MEMCHECK_RC racecheck rc=$RACECHECK_RC bench rc=$BENCH_RC stress rc=$STRESS_RC"
+grep -h "^\[ stress \]\|^process" "$OUT/stress.log"
+cat "$OUT/rounds.log"
+grep -h "SUMMARY" "$OUT"/stress-*.log
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log"
 grep -E "^[0-9:.]* (ceiling|best configuration)" "$OUT/bench.log"
 awk -F', ' '{ gsub(/ MHz/, "", $2); gsub(/ W/, "", $3); if (min == "" || $2 + 0 < min) min = $2 + 0; if ($3 + 0 > maxp) maxp = $3 + 0; r[$4]++ }

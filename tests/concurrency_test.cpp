@@ -89,6 +89,41 @@ TEST(Concurrency, EveryHeadTypeSharedByThreads) {
   }
 }
 
+// One Engine called from several threads at once (a server's request threads sharing one engine):
+// the engine runs one call at a time, and its thread pool hands each call's results over only
+// when every worker has finished (the pending count, released by each worker and acquired by the
+// caller: docs/cuda.md, "Completion"). Every call gives the bytes of the same call made alone; the
+// sharded engine adds its shard threads to the same question.
+TEST(Concurrency, OneEngineCalledFromManyThreads) {
+  auto model = Model::open(data_path("tail-q5k-v4099-h512.gguf"));
+  const int64_t hidden = model->config().hidden;
+  for (int shards : {1, 3}) {
+    Engine engine(model, {.backend = BackendKind::cpu, .threads = 2, .shards = shards});
+    RunOptions o;
+    o.top_k = 4;
+    o.logprobs = true;
+    o.want_logits = true;
+    std::vector<std::vector<float>> inputs;
+    std::vector<std::vector<uint32_t>> alone;
+    for (int tokens : {1, 3, 5}) {
+      inputs.push_back(test_hidden(tokens, hidden, uint64_t(40 + tokens)));
+      alone.push_back(result_fingerprint(engine.run(inputs.back(), tokens, o)));
+    }
+    std::atomic<int> mismatches{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 6; ++i) {
+          const size_t k = size_t(t + i) % inputs.size();
+          const int tokens = int(inputs[k].size() / size_t(hidden));
+          if (result_fingerprint(engine.run(inputs[k], tokens, o)) != alone[k]) mismatches.fetch_add(1);
+        }
+      });
+    for (std::thread& th : threads) th.join();
+    EXPECT_EQ(mismatches.load(), 0) << engine.backend_name();
+  }
+}
+
 // Opening the same checkpoint from several threads at once, and reading the shared config and
 // token table while other threads run engines on it.
 TEST(Concurrency, ConcurrentOpensAndReadsOfOneFile) {

@@ -16,7 +16,13 @@
 
 namespace lmhead::testing {
 
-inline std::string data_path(const std::string& name) { return std::string(LMHEAD_TEST_DATA) + "/" + name; }
+// Both paths are compiled in; the environment may point elsewhere (a build carried to a GPU
+// machine runs from another checkout).
+inline std::string data_dir() {
+  const char* env = std::getenv("LMHEAD_TEST_DATA_DIR");
+  return env != nullptr ? env : LMHEAD_TEST_DATA;
+}
+inline std::string data_path(const std::string& name) { return data_dir() + "/" + name; }
 
 // An F32 tensor of a golden file, as a flat vector in ggml order ([elements, tokens] -> token-major).
 inline std::vector<float> golden_f32(const gguf::File& f, const std::string& name) {
@@ -86,6 +92,9 @@ inline CommandResult run_command(const std::string& cmd, bool with_stderr = true
   return r;
 }
 
-inline std::string cli() { return LMHEAD_CLI; }
+inline std::string cli() {
+  const char* env = std::getenv("LMHEAD_CLI");
+  return env != nullptr ? env : LMHEAD_CLI;
+}
 
 }  // namespace lmhead::testing

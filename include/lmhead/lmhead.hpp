@@ -8,6 +8,7 @@
 //   r.tokens[0].argmax ...
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -155,6 +156,8 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // hidden: tokens x hidden f32, row-major. Throws Error naming token and index for non-finite input.
+  // Any thread may call; calls on one engine run one at a time (a backend owns per-call buffers),
+  // so concurrent streams of work take one engine each.
   RunResult run(std::span<const float> hidden, int tokens, const RunOptions& options = {});
   std::string backend_name() const;
   const Model& model() const { return *model_; }
@@ -162,6 +165,7 @@ class Engine {
  private:
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
+  std::mutex run_mutex_;
 };
 
 // The per-token byte bill of numerics.md §10 for this head.

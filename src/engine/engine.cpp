@@ -110,6 +110,7 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
   req.want_stages = options.want_stages;
   req.want_stage_times = options.stage_times;
 
+  std::lock_guard<std::mutex> one_call_at_a_time(run_mutex_);
   RunResult result;
   result.tokens = tokens;
   result.backend = backend_->name();
