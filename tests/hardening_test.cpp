@@ -488,7 +488,7 @@ std::string write_sparse_head(const TempDir& dir, uint64_t& head_bytes) {
   const int64_t hidden = 4096, vocab = int64_t(1) << 27;  // f32 rows of 16 KiB: 2 TiB
   head_bytes = uint64_t(hidden) * 4 * uint64_t(vocab);
   GgufBytes g;
-  g.header(2, 1).kv_str("general.architecture", "huge");
+  g.header(2, 1).kv_str("general.architecture", "llama");
   g.tensor("output_norm.weight", {hidden}, kF32, 0).tensor("output.weight", {hidden, vocab}, kF32, uint64_t(hidden) * 4).pad_to(32);
   for (int64_t i = 0; i < hidden; ++i) g.f32(1.0f);
   const std::string path = dir.file("huge.gguf");
