@@ -218,7 +218,8 @@ def main():
     for name, data in [
         ("tiny-f32-h8-v5.gguf", head_file(F32, 8, 5)),
         ("tiny-q8_0-h32-v4.gguf", head_file(Q8_0, 32, 4)),
-        ("tiny-f16-tied-other-arch.gguf", head_file(F16, 8, 3, arch="other", tied=True, extra_kvs=False)),
+        ("tiny-f16-tied-llama.gguf", head_file(F16, 8, 3, arch="llama", tied=True, extra_kvs=False)),
+        ("unknown-arch-f16-tied.gguf", head_file(F16, 8, 3, arch="other", tied=True, extra_kvs=False)),
         ("tiny-q5_K-h256-v2-with-hidden.gguf", head_file(Q5_K, 256, 2, hidden_tokens=2)),
     ]:
         write("model_fuzz", name, data)

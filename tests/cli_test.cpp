@@ -77,7 +77,7 @@ TEST(Cli, ErrorsAreClearAndNonZero) {
       {"run " + kModel + " --hidden " + dir.file("nan.npy"), "token 1"},
       {"run " + kModel + " --hidden " + dir.file("wrong.npy"), "512"},
       {"run " + kModel + " --hidden " + kVectors + ":nope", "nope"},
-      {"info " + kVectors, "output"},
+      {"info " + kVectors, "architecture 'tail-vectors' has no rule"},  // a vectors file, not a checkpoint
       {"run " + kModel + " --hidden " + kVectors + ":hidden --activations int4", "int4"},
       {"bench " + kModel + " --tokens 1,x", "--tokens"},
       {"make " + dir.file("bad.gguf") + " --hidden 100", "hidden"},

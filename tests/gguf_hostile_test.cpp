@@ -289,9 +289,17 @@ TEST(GgufHostile, ByteSizeOverflows) {
 }
 
 TEST(GgufHostile, UnsupportedTensorType) {
-  EXPECT_REJECTED(one_tensor({256}, 16), "tensor 't': unsupported ggml type id 16 (iq2_xxs, which lmhead cannot read)");
-  EXPECT_REJECTED(one_tensor({256}, 4242), "tensor 't': unsupported ggml type id 4242 (unknown to lmhead)");
+  EXPECT_REJECTED(one_tensor({256}, 31), "tensor 't': unsupported ggml type id 31 (q4_0_4_4, removed from ggml)");
+  EXPECT_REJECTED(one_tensor({256}, 5), "tensor 't': unsupported ggml type id 5 (q4_3, removed from ggml)");
+  EXPECT_REJECTED(one_tensor({256}, 42), "tensor 't': unsupported ggml type id 42 (unknown to ggml and lmhead)");
+  EXPECT_REJECTED(one_tensor({256}, 4242), "tensor 't': unsupported ggml type id 4242 (unknown to ggml and lmhead)");
   EXPECT_REJECTED(one_tensor({256}, -1), "unsupported ggml type id -1");
+}
+
+TEST(GgufHostile, RowNotAWholeNumberOfBlocksOfTypesLmheadDoesNotCompute) {
+  // Types lmhead never runs are still sized from ggml's table, so their rows are checked too.
+  EXPECT_REJECTED(one_tensor({100}, 20), "tensor 't': dim 0 (100) is not a multiple of iq4_nl's block of 32 elements");
+  EXPECT_REJECTED(one_tensor({128}, 16), "dim 0 (128) is not a multiple of iq2_xxs's block of 256 elements");
 }
 
 TEST(GgufHostile, RowNotAWholeNumberOfBlocks) {

@@ -120,4 +120,32 @@ TEST(GoldenTail, CliDumpEqualsGoldenTensors) {
   }
 }
 
+// --input normed: the golden `normed` tensor in, the golden logits out, byte for byte, on both
+// routes' byte-exact q8 route (the normed vector is still quantized as llama.cpp does), through
+// the library on both CPU backends and through the CLI.
+TEST(GoldenTail, NormedInputGivesTheGoldenLogits) {
+  for (const GoldenSet& g : kSets) {
+    auto model = Model::open(data_path(g.model));
+    auto vectors = gguf::File::open(data_path(g.vectors));
+    const std::vector<float> normed = golden_f32(*vectors, "normed");
+    for (BackendKind kind : {BackendKind::scalar, BackendKind::cpu}) {
+      Engine engine(model, {.backend = kind, .threads = 2});
+      RunOptions opts;
+      opts.input = InputKind::normed;
+      opts.want_stages = true;
+      const RunResult r = engine.run(normed, g.tokens, opts);
+      EXPECT_TRUE(same_bytes(r.stages.normed, normed)) << g.model;
+      EXPECT_TRUE(same_bytes(r.stages.raw, golden_f32(*vectors, "logits_raw"))) << g.model << " raw";
+      EXPECT_TRUE(same_bytes(r.stages.capped, golden_f32(*vectors, "logits_capped"))) << g.model << " capped";
+    }
+    TempDir dir;
+    const std::string cmd = cli() + " run " + data_path(g.model) + " --hidden " + data_path(g.vectors) +
+                            ":normed --input normed --out " + dir.file("out.npy");
+    const CommandResult res = run_command(cmd);
+    ASSERT_EQ(res.status, 0) << res.output;
+    EXPECT_TRUE(same_bytes(io::read_npy_f32(dir.file("out.npy")).values, golden_f32(*vectors, "logits_capped")))
+        << g.model;
+  }
+}
+
 }  // namespace

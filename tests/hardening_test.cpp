@@ -252,18 +252,18 @@ TEST(HostileGguf, CliRefusesBrokenHeadMetadata) {
        "'muse-glimmer.logit_scale' has type string"},
       {model("scale-nan.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "muse-glimmer").kv_f32("muse-glimmer.logit_scale", NAN); return 2; }),
        "'muse-glimmer.logit_scale' is not a finite number"},
-      {model("cap-negative.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "x").kv_f32("x.final_logit_softcapping", -1); return 2; }),
-       "'x.final_logit_softcapping' is negative"},
+      {model("cap-negative.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "gemma2").kv_f32("gemma2.final_logit_softcapping", -1); return 2; }),
+       "'gemma2.final_logit_softcapping' is negative"},
       {model("arch-u32.gguf", [](GgufBytes& k) { k.kv_u32("general.architecture", 7); return 1; }), "'general.architecture' has type u32"},
       {model("no-arch.gguf", [](GgufBytes& k) { k.kv_u32("general.alignment", 32); return 1; }), "'general.architecture' is missing"},
-      {model("vocab-lies.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "x").kv_u32("x.vocab_size", 5); return 2; }),
-       "'x.vocab_size' says 5"},
-      {model("hidden-negative.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "x").kv_i32("x.embedding_length", -32); return 2; }),
-       "'x.embedding_length' is negative"},
-      {model("no-head.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "x"); return 1; }, 1.0f, kQ8_0, "blk.0.weight"),
+      {model("vocab-lies.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "llama").kv_u32("llama.vocab_size", 5); return 2; }),
+       "'llama.vocab_size' says 5"},
+      {model("hidden-negative.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "llama").kv_i32("llama.embedding_length", -32); return 2; }),
+       "'llama.embedding_length' is negative"},
+      {model("no-head.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "llama"); return 1; }, 1.0f, kQ8_0, "blk.0.weight"),
        "no head tensor"},
-      {model("head-q4_0.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "x"); return 1; }, 1.0f, 2), "q4_0, which lmhead cannot run"},
-      {model("tokens-u32.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "x").kv_u32_array("tokenizer.ggml.tokens", {1, 2, 3, 4}); return 2; }),
+      {model("head-q4_0.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "llama"); return 1; }, 1.0f, 2), "q4_0, which lmhead cannot run"},
+      {model("tokens-u32.gguf", [](GgufBytes& k) { k.kv_str("general.architecture", "llama").kv_u32_array("tokenizer.ggml.tokens", {1, 2, 3, 4}); return 2; }),
        "'tokenizer.ggml.tokens' must be an array of strings"},
   };
   for (const Case& c : cases) {
@@ -344,7 +344,7 @@ TEST(FuzzRegression, NonFiniteNormWeightIsRefusedByName) {
   TempDir dir;
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     GgufBytes g;
-    g.header(2, 1).kv_str("general.architecture", "x");
+    g.header(2, 1).kv_str("general.architecture", "llama");
     g.tensor("output_norm.weight", {32}, kF32, 0).tensor("output.weight", {32, 4}, kQ8_0, 128).pad_to(32);
     for (int i = 0; i < 32; ++i) g.f32(i == 29 ? bad : 1.0f);
     for (int r = 0; r < 4; ++r) g.u8(0).u8(0x3c).zeros(32);  // Q8_0 rows with scale 1.0
@@ -383,7 +383,7 @@ TEST(FuzzRegression, Q8_0ActivationsOfASubnormalBlockFollowLlamaCppAvx2) {
 TEST(FuzzRegression, SubnormalNormWeightRunsToFiniteLogits) {
   TempDir dir;
   GgufBytes g;
-  g.header(2, 1).kv_str("general.architecture", "x");
+  g.header(2, 1).kv_str("general.architecture", "llama");
   g.tensor("output_norm.weight", {64}, kF32, 0).tensor("output.weight", {64, 4}, kQ8_0, 256).pad_to(32);
   for (int i = 0; i < 64; ++i) g.f32(1e-40f);
   for (int r = 0; r < 8; ++r) {
@@ -488,7 +488,7 @@ std::string write_sparse_head(const TempDir& dir, uint64_t& head_bytes) {
   const int64_t hidden = 4096, vocab = int64_t(1) << 27;  // f32 rows of 16 KiB: 2 TiB
   head_bytes = uint64_t(hidden) * 4 * uint64_t(vocab);
   GgufBytes g;
-  g.header(2, 1).kv_str("general.architecture", "huge");
+  g.header(2, 1).kv_str("general.architecture", "llama");
   g.tensor("output_norm.weight", {hidden}, kF32, 0).tensor("output.weight", {hidden, vocab}, kF32, uint64_t(hidden) * 4).pad_to(32);
   for (int64_t i = 0; i < hidden; ++i) g.f32(1.0f);
   const std::string path = dir.file("huge.gguf");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 
 #include "lmhead/lmhead.hpp"
 #include "quant/quantize.hpp"
@@ -90,18 +91,240 @@ TEST(ModelConfig, MuseGlimmerWithoutLogitScaleIsRefusedNamingTheKey) {
   EXPECT_NE(open_error(write_model(dir, s)).find("muse-glimmer.logit_scale"), std::string::npos);
 }
 
-TEST(ModelConfig, OtherArchitecturesDefaultTheScaleTheCapAndEps) {
+TEST(ModelConfig, LlamaNeverScalesNorCapsWhateverTheFileSays) {
+  // llama.cpp's saver writes logit_scale = 0 and final_logit_softcapping = 30 into every file;
+  // llama's graph reads neither (src/models/llama.cpp), so neither is applied.
   TempDir dir;
   Spec s;
   s.arch = "llama";
-  s.logit_scale = s.softcap = s.eps = false;
+  s.scale_value = 0.0f;
+  s.cap_value = 30.0f;
+  s.eps = false;
   auto m = Model::open(write_model(dir, s));
-  EXPECT_EQ(m->config().logit_scale, 1.0f);
-  EXPECT_TRUE(m->config().logit_scale_is_default);
-  EXPECT_EQ(m->config().softcap, 30.0f);
-  EXPECT_TRUE(m->config().softcap_is_default);
-  EXPECT_EQ(m->config().eps, 1e-5f);
-  EXPECT_TRUE(m->config().eps_is_default);
+  const HeadConfig& c = m->config();
+  EXPECT_EQ(c.logit_scale, 1.0f);
+  EXPECT_EQ(c.logit_scale_from, ValueSource::not_applied);
+  EXPECT_EQ(c.softcap, 0.0f);
+  EXPECT_EQ(c.softcap_from, ValueSource::not_applied);
+  EXPECT_EQ(c.eps, 1e-5f);
+  EXPECT_TRUE(c.eps_is_default);
+  EXPECT_EQ(c.rule_source, "src/models/llama.cpp");
+}
+
+// One architecture's rule applied to a file stating `scale` and `cap` (or neither when absent).
+struct RuleCase {
+  std::string arch;
+  bool scale_present;
+  float scale;
+  bool cap_present;
+  float cap;
+  float want_scale;  // the multiplier the backends use
+  float want_cap;    // 0: no cap
+  ValueSource scale_from, cap_from;
+};
+
+TEST(ModelConfig, ArchitectureRules) {
+  using V = ValueSource;
+  const RuleCase cases[] = {
+      {"llama", true, 0.0f, true, 30.0f, 1.0f, 0.0f, V::not_applied, V::not_applied},
+      {"mistral3", true, 0.0f, true, 30.0f, 1.0f, 0.0f, V::not_applied, V::not_applied},
+      {"qwen2", true, 0.0f, true, 30.0f, 1.0f, 0.0f, V::not_applied, V::not_applied},
+      {"qwen3", true, 0.0f, true, 30.0f, 1.0f, 0.0f, V::not_applied, V::not_applied},
+      {"gemma3", true, 0.0f, true, 30.0f, 1.0f, 0.0f, V::not_applied, V::not_applied},
+      {"phi3", true, 0.0f, true, 30.0f, 1.0f, 0.0f, V::not_applied, V::not_applied},
+      {"deepseek2", true, 0.0f, true, 30.0f, 1.0f, 0.0f, V::not_applied, V::not_applied},
+      {"olmo2", true, 0.0f, true, 30.0f, 1.0f, 0.0f, V::not_applied, V::not_applied},
+      // gemma2: the cap always, 30 when absent; a saver's logit_scale = 0 is ignored.
+      {"gemma2", true, 0.0f, true, 30.0f, 1.0f, 30.0f, V::not_applied, V::file},
+      {"gemma2", false, 0.0f, false, 0.0f, 1.0f, 30.0f, V::not_applied, V::arch_default},
+      {"gemma2", false, 0.0f, true, 50.0f, 1.0f, 50.0f, V::not_applied, V::file},
+      // gemma4: the cap when nonzero, 30 when absent.
+      {"gemma4", false, 0.0f, false, 0.0f, 1.0f, 30.0f, V::not_applied, V::arch_default},
+      {"gemma4", false, 0.0f, true, 0.0f, 1.0f, 0.0f, V::not_applied, V::file},
+      // grok: scale multiplied always (1/sqrt(3) when absent), cap when nonzero (none when absent).
+      {"grok", false, 0.0f, false, 0.0f, 0.5773502691896257f, 0.0f, V::arch_default, V::arch_default},
+      {"grok", true, 0.5f, true, 30.0f, 0.5f, 30.0f, V::file, V::file},
+      // granite: divided by the scale.
+      {"granite", true, 8.0f, true, 30.0f, 1.0f / 8.0f, 0.0f, V::file, V::not_applied},
+      {"granitemoe", true, 6.0f, false, 0.0f, 1.0f / 6.0f, 0.0f, V::file, V::not_applied},
+      // muse-glimmer: scale required, cap 30 by default, 0 = none.
+      {"muse-glimmer", true, 0.25f, false, 0.0f, 0.25f, 30.0f, V::file, V::arch_default},
+      {"muse-glimmer", true, 0.25f, true, 0.0f, 0.25f, 0.0f, V::file, V::file},
+  };
+  TempDir dir;
+  int n = 0;
+  for (const RuleCase& rc : cases) {
+    SCOPED_TRACE(rc.arch + " case " + std::to_string(n));
+    Spec s;
+    s.arch = rc.arch;
+    s.logit_scale = rc.scale_present;
+    s.scale_value = rc.scale;
+    s.softcap = rc.cap_present;
+    s.cap_value = rc.cap;
+    auto m = Model::open(write_model(dir, s, std::string("r") + std::to_string(n++) + ".gguf"));
+    const HeadConfig& c = m->config();
+    EXPECT_EQ(c.logit_scale, rc.want_scale);
+    EXPECT_EQ(c.softcap, rc.want_cap);
+    EXPECT_EQ(c.logit_scale_from, rc.scale_from);
+    EXPECT_EQ(c.softcap_from, rc.cap_from);
+    EXPECT_EQ(c.final_norm, "rmsnorm");
+    EXPECT_FALSE(c.rule_source.empty());
+  }
+}
+
+TEST(ModelConfig, AppliedScaleThatIsZeroNegativeOrNotFiniteIsRefused) {
+  TempDir dir;
+  int n = 0;
+  for (const char* arch : {"grok", "granite", "muse-glimmer"})
+    for (float bad : {0.0f, -0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      Spec s;
+      s.arch = arch;
+      s.scale_value = bad;
+      const std::string err = open_error(write_model(dir, s, std::string("b") + std::to_string(n++) + ".gguf"));
+      SCOPED_TRACE(err);
+      EXPECT_NE(err.find(std::string(arch) + ".logit_scale"), std::string::npos);
+      EXPECT_NE(err.find("refuses a zero, negative or non-finite scale"), std::string::npos);
+    }
+  // Where the scale is never applied the same values are ignored.
+  for (float bad : {0.0f, -0.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    Spec s;
+    s.arch = "gemma2";
+    s.scale_value = bad;
+    EXPECT_EQ(Model::open(write_model(dir, s, std::string("i") + std::to_string(n++) + ".gguf"))->config().logit_scale, 1.0f);
+  }
+}
+
+TEST(ModelConfig, RequiredScaleMissingIsRefusedNamingTheKey) {
+  TempDir dir;
+  Spec s;
+  s.arch = "granite";
+  s.logit_scale = false;
+  EXPECT_NE(open_error(write_model(dir, s)).find("'granite.logit_scale' is missing"), std::string::npos);
+}
+
+TEST(ModelConfig, Gemma2CapOfZeroIsRefused) {
+  TempDir dir;
+  Spec s;
+  s.arch = "gemma2";
+  s.cap_value = 0.0f;
+  EXPECT_NE(open_error(write_model(dir, s)).find("gemma2.final_logit_softcapping"), std::string::npos);
+}
+
+TEST(ModelConfig, UnknownArchitectureIsRefusedNamingItAndTheOverrides) {
+  TempDir dir;
+  Spec s;
+  s.arch = "mystery";
+  const std::string path = write_model(dir, s);
+  const std::string err = open_error(path);
+  EXPECT_NE(err.find("architecture 'mystery' has no rule"), std::string::npos) << err;
+  EXPECT_NE(err.find("--override-kv mystery.logit_scale=float:"), std::string::npos) << err;
+  EXPECT_NE(err.find("general.architecture=str:"), std::string::npos) << err;
+  EXPECT_NE(err.find("ModelOptions::overrides"), std::string::npos) << err;
+  // Stating both values by override gives the stated rule; the file's own values are not trusted.
+  ModelOptions o;
+  o.overrides.push_back(MetadataOverride::parse("mystery.logit_scale=float:0.5"));
+  o.overrides.push_back(MetadataOverride::parse("mystery.final_logit_softcapping=float:0"));
+  auto m = Model::open(path, o);
+  EXPECT_EQ(m->config().logit_scale, 0.5f);
+  EXPECT_EQ(m->config().logit_scale_from, ValueSource::override_kv);
+  EXPECT_EQ(m->config().softcap, 0.0f);
+  // Or borrow a known architecture's rule.
+  ModelOptions borrow;
+  borrow.overrides.push_back(MetadataOverride::parse("general.architecture=str:llama"));
+  auto l = Model::open(path, borrow);
+  EXPECT_EQ(l->config().architecture, "llama");
+  EXPECT_EQ(l->config().softcap, 0.0f);
+}
+
+TEST(ModelConfig, OverridesReplaceFileValues) {
+  TempDir dir;
+  Spec s;  // muse-glimmer, scale 0.25, cap 20
+  const std::string path = write_model(dir, s);
+  ModelOptions o;
+  o.overrides.push_back(MetadataOverride::parse("muse-glimmer.logit_scale=float:0.5"));
+  o.overrides.push_back(MetadataOverride::parse("muse-glimmer.final_logit_softcapping=float:10"));
+  auto m = Model::open(path, o);
+  EXPECT_EQ(m->config().logit_scale, 0.5f);
+  EXPECT_EQ(m->config().logit_scale_from, ValueSource::override_kv);
+  EXPECT_EQ(m->config().softcap, 10.0f);
+  EXPECT_EQ(m->config().eps_from, ValueSource::file);
+  ASSERT_EQ(m->config().overrides.size(), 2u);
+  // A negative scale by override is refused like one in the file.
+  ModelOptions neg;
+  neg.overrides.push_back(MetadataOverride::parse("muse-glimmer.logit_scale=float:-1"));
+  EXPECT_THROW(Model::open(path, neg), Error);
+  // llama.cpp's types: a float key needs float:.
+  ModelOptions wrong;
+  wrong.overrides.push_back(MetadataOverride::parse("muse-glimmer.logit_scale=int:1"));
+  EXPECT_THROW(Model::open(path, wrong), Error);
+}
+
+TEST(ModelConfig, OverrideSyntax) {
+  EXPECT_EQ(MetadataOverride::parse("a.b=float:0.5").f, 0.5);
+  EXPECT_EQ(MetadataOverride::parse("a.b=int:-3").i, -3);
+  EXPECT_TRUE(MetadataOverride::parse("a.b=bool:true").b);
+  EXPECT_EQ(MetadataOverride::parse("general.architecture=str:llama").s, "llama");
+  EXPECT_EQ(MetadataOverride::parse("a.b=float:0.5").text(), "a.b=float:0.5");
+  for (const char* bad : {"a.b", "=float:1", "a.b=float", "a.b=double:1", "a.b=float:x", "a.b=int:1.5", "a.b=bool:yes"})
+    EXPECT_THROW(MetadataOverride::parse(bad), Error) << bad;
+}
+
+TEST(ModelConfig, LayerNormAndHeadBiasArchitecturesAreRecordedAndRefusedByTheEngine) {
+  TempDir dir;
+  {
+    Spec s;
+    s.arch = "command-r";
+    s.head_name = "token_embd.weight";
+    auto m = Model::open(write_model(dir, s, "cr.gguf"));
+    EXPECT_EQ(m->config().final_norm, "layernorm");
+    EXPECT_EQ(m->config().logit_scale, 0.25f);
+    Engine e(m, {.backend = BackendKind::scalar});
+    std::vector<float> h(256, 1.0f);
+    try {
+      e.run(h, 1);
+      ADD_FAILURE() << "hidden input through a LayerNorm architecture ran";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("architecture 'command-r' uses LayerNorm for its final norm"), std::string::npos)
+          << err.what();
+    }
+    EXPECT_NO_THROW(e.run(h, 1, {.input = InputKind::normed}));  // the norm is not needed
+  }
+  {
+    Spec s;
+    s.arch = "command-r";
+    s.scale_value = 0.0f;  // `if (f_logit_scale)`: 0 means no scaling
+    s.head_name = "token_embd.weight";
+    EXPECT_EQ(Model::open(write_model(dir, s, "cr0.gguf"))->config().logit_scale, 1.0f);
+  }
+  {
+    Spec s;
+    s.arch = "gpt2";
+    auto m = Model::open(write_model(dir, s, "gpt2.gguf"));
+    EXPECT_EQ(m->config().final_norm, "layernorm+bias");
+    Engine e(m, {.backend = BackendKind::scalar});
+    std::vector<float> h(256, 1.0f);
+    try {
+      e.run(h, 1);
+      ADD_FAILURE();
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("architecture 'gpt2' uses LayerNorm with bias for its final norm, which lmhead "
+                                             "does not compute yet"), std::string::npos) << err.what();
+    }
+  }
+  {
+    Spec s;
+    s.arch = "phi2";  // output.bias required
+    EXPECT_NE(open_error(write_model(dir, s, "phi2.gguf")).find("output.bias"), std::string::npos);
+  }
+}
+
+TEST(ModelConfig, GemmaAlwaysUsesTheTokenEmbedding) {
+  TempDir dir;
+  Spec s;
+  s.arch = "gemma";
+  s.head_name = "token_embd.weight";
+  auto m = Model::open(write_model(dir, s));
+  EXPECT_TRUE(m->config().tied);
 }
 
 TEST(ModelConfig, CapZeroMeansScaleOnly) {

@@ -139,7 +139,8 @@ def gguf_seeds():
     add("hostile-zero-dim", G().header(1, 0).tensor("t", [8, 0], F32, 0).pad().zeros(64), "dim 1 is zero")
     add("hostile-dims-overflow", G().header(1, 0).tensor("t", [1 << 32, 1 << 32], F32, 0).pad().zeros(64), "the product of its dims overflows")
     add("hostile-bytes-overflow", G().header(1, 0).tensor("t", [1 << 61, 2], F32, 0).pad().zeros(64), "size in bytes overflows")
-    add("hostile-type-iq2-xxs", G().header(1, 0).tensor("t", [256], 16, 0).pad().zeros(64), "unsupported ggml type id 16 (iq2_xxs")
+    # iq2_xxs is sized from ggml's table (66 B per 256 elements): 64 bytes of data are too few
+    add("hostile-type-iq2-xxs", G().header(1, 0).tensor("t", [256], 16, 0).pad().zeros(64), "tensor 't' needs 66 bytes")
     add("hostile-type-unknown", G().header(1, 0).tensor("t", [256], 4242, 0).pad().zeros(64), "unsupported ggml type id 4242")
     add("hostile-partial-block", G().header(1, 0).tensor("t", [100], Q5_K, 0).pad().zeros(256), "not a multiple of q5_K's block of 256")
     add("hostile-duplicate-tensor", G().header(2, 0).tensor("w", [8], F32, 0).tensor("w", [8], F32, 32).pad().zeros(64), "duplicate tensor name 'w'")

@@ -37,6 +37,24 @@ enum class BackendKind {
   cuda,    // NVIDIA GPU
 };
 
+// What Engine::run is given per token (numerics.md §1).
+enum class InputKind {
+  hidden,  // the last layer's output: the final norm is applied first
+  normed,  // already through the final norm (HF's hidden_states[-1], llama.cpp's embeddings):
+           // taken as `normed`; on the q8 route it is still quantized as llama.cpp does
+};
+
+// Where a value in force came from (shown by `info`).
+enum class ValueSource {
+  file,          // the checkpoint's metadata
+  arch_default,  // absent from the file: the architecture's default (docs/architectures.md)
+  override_kv,   // a metadata override (--override-kv, ModelOptions::overrides)
+  not_applied,   // the architecture's graph never applies it: any value in the file is ignored
+};
+
+std::string_view to_string(InputKind);
+std::string_view to_string(ValueSource);
+bool parse(std::string_view, InputKind&);
 std::string_view to_string(ActivationRoute);
 std::string_view to_string(SoftcapRoute);
 std::string_view to_string(BackendKind);
@@ -44,8 +62,28 @@ bool parse(std::string_view, ActivationRoute&);
 bool parse(std::string_view, SoftcapRoute&);
 bool parse(std::string_view, BackendKind&);
 
-// The head's configuration as read from metadata (numerics.md §2); *_is_default marks values that
-// were absent from the file and filled in by the rules there.
+// A metadata override in llama.cpp's `--override-kv` syntax, KEY=TYPE:VALUE with TYPE one of
+// int, float, bool, str (e.g. "granite.logit_scale=float:8", "general.architecture=str:llama").
+// It replaces (or adds) the key before the architecture's rule reads the metadata.
+struct MetadataOverride {
+  enum class Type { int_value, float_value, bool_value, str_value };
+  std::string key;
+  Type type = Type::float_value;
+  int64_t i = 0;
+  double f = 0;
+  bool b = false;
+  std::string s;
+  // Throws Error naming what is wrong (no '=', an unknown type, a value that does not parse).
+  static MetadataOverride parse(std::string_view text);
+  std::string text() const;  // back to KEY=TYPE:VALUE
+};
+
+struct ModelOptions {
+  std::vector<MetadataOverride> overrides;  // a key given twice: the last one wins
+};
+
+// The head's configuration (numerics.md §2): the architecture's rule (docs/architectures.md) applied
+// to the metadata. *_from says where each value came from; *_is_default is *_from == arch_default.
 struct HeadConfig {
   std::string architecture;
   int64_t hidden = 0;
@@ -61,13 +99,26 @@ struct HeadConfig {
   bool eps_is_default = false;
   uint64_t head_bytes = 0;         // bytes of the head's weight tensor
   uint64_t row_bytes = 0;
+  // The rule in force, from docs/architectures.md.
+  std::string rule_source;         // the llama.cpp model source the rule is derived from
+  std::string logit_scale_rule;    // e.g. "multiply, always" / "divide, always" / "never"
+  std::string softcap_rule;        // e.g. "always" / "if nonzero" / "never"
+  std::string final_norm = "rmsnorm";
+  std::string eps_key;             // the metadata key eps is read from
+  float logit_scale_stated = 1.0f; // the value as stated (granite divides: logit_scale = 1 / it)
+  ValueSource logit_scale_from = ValueSource::not_applied;
+  ValueSource softcap_from = ValueSource::not_applied;
+  ValueSource eps_from = ValueSource::arch_default;
+  bool has_head_bias = false;      // output.bias is added to the logits (not computed yet: refused)
+  std::vector<std::string> overrides;  // the overrides given, as KEY=TYPE:VALUE
 };
 
 // A checkpoint's head: the mapped file plus the configuration. Immutable after open, so one
 // Model can be shared by any number of engines and threads.
 class Model {
  public:
-  static std::shared_ptr<const Model> open(const std::string& path);
+  // Refuses an architecture without a rule, naming it and how to state one (overrides).
+  static std::shared_ptr<const Model> open(const std::string& path, const ModelOptions& options = {});
   ~Model();
 
   const HeadConfig& config() const;
@@ -100,6 +151,7 @@ struct EngineOptions {
 };
 
 struct RunOptions {
+  InputKind input = InputKind::hidden;
   ActivationRoute activations = ActivationRoute::q8;
   SoftcapRoute softcap = SoftcapRoute::nodes;
   int top_k = 0;             // 0: argmax only
@@ -155,9 +207,10 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // hidden: tokens x hidden f32, row-major. Throws Error naming token and index for non-finite input.
-  // Any thread may call; calls on one engine run one at a time (a backend owns per-call buffers),
-  // so concurrent streams of work take one engine each.
+  // hidden: tokens x hidden f32, row-major (normed vectors with RunOptions::input = normed).
+  // Throws Error naming token and index for non-finite input. Any thread may call; calls on one
+  // engine run one at a time (a backend owns per-call buffers), so concurrent streams of work take
+  // one engine each.
   RunResult run(std::span<const float> hidden, int tokens, const RunOptions& options = {});
   std::string backend_name() const;
   const Model& model() const { return *model_; }

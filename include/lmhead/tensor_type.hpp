@@ -5,11 +5,16 @@
 
 namespace lmhead {
 
-// ggml type ids as stored in GGUF tensor infos (gguf.md). Only the ones listed have a name;
-// any other id is "unsupported" and is reported with the tensor's name, never crashed on.
+// ggml type ids as stored in GGUF tensor infos (gguf.md): every type ggml's type table sizes
+// (ggml/include/ggml.h, ggml/src/ggml.c), so a file ggml reads is fully validated whatever its
+// other tensors hold. Ids ggml removed (4, 5, 31-33, 36-38) and unknown ids are refused with the
+// tensor's name, never crashed on. Only the head's type must be one lmhead computes.
 enum class TensorType : int32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22,
+  IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
+  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41,
 };
 
 struct TensorTypeInfo {

@@ -42,6 +42,7 @@ inline HeadView head_view(const Model& m) {
 }
 
 struct ForwardRequest {
+  bool input_normed = false;  // the rows are already through the final norm: skip it (InputKind::normed)
   ActivationRoute activations = ActivationRoute::q8;
   SoftcapRoute softcap = SoftcapRoute::nodes;
   int top_k = 0;
@@ -69,6 +70,9 @@ class Backend {
   // True when forward() refuses a non-finite hidden value itself, before any device work, with
   // non_finite_hidden_error (backend/input_check.hpp): the engine then skips its own pass.
   virtual bool checks_finite_input() const { return false; }
+  // True when forward() honours ForwardRequest::input_normed; the engine refuses normed input
+  // for a backend that does not (it would apply the norm a second time).
+  virtual bool takes_normed_input() const { return false; }
 };
 
 std::unique_ptr<Backend> make_scalar_backend(const HeadView& head);

@@ -86,6 +86,11 @@ class ShardedBackend final : public Backend {
   std::string name() const override {
     return "sharded " + std::to_string(parts_.size()) + " x " + (parts_.empty() ? "" : parts_[0]->name());
   }
+  bool takes_normed_input() const override {
+    for (const auto& p : parts_)
+      if (!p->takes_normed_input()) return false;
+    return !parts_.empty();
+  }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
     const int n = int(parts_.size());

@@ -17,6 +17,8 @@ struct BenchArgs {
   std::string tokens = "1,2,4,8,16";
   int repeat = 0;  // 0: as many as fit in about a second, at least 5
   bool json = false;
+  RouteArgs route;
+  ModelArgs model_args;
   BackendOptions backend;
 };
 
@@ -40,7 +42,8 @@ std::vector<int> parse_token_list(const std::string& list) {
 
 int bench(const BenchArgs& a) {
   const std::vector<int> token_counts = parse_token_list(a.tokens);
-  auto model = Model::open(a.model);
+  const RunOptions route = a.route.options();
+  auto model = Model::open(a.model, a.model_args.options());
   const HeadConfig& c = model->config();
   const EngineOptions eo = a.backend.engine_options();
   Engine engine(model, eo);
@@ -59,10 +62,12 @@ int bench(const BenchArgs& a) {
 
   nlohmann::json rows = nlohmann::json::array();
   if (!a.json)
-    std::printf("bench %s: %s head %s x %s, %s B per pass, backend %s; ceiling %.2f GB/s (%s)\n", a.model.c_str(),
+    std::printf("bench %s: %s head %s x %s, %s B per pass, backend %s, input %s, activations %s, softcap %s, top-k %d%s; "
+                "ceiling %.2f GB/s (%s)\n", a.model.c_str(),
                 std::string(tensor_type_name(c.head_type)).c_str(), with_commas(c.vocab).c_str(),
                 with_commas(c.hidden).c_str(), with_commas(c.head_bytes).c_str(), engine.backend_name().c_str(),
-                ceiling, ceiling_what.c_str());
+                a.route.input.c_str(), a.route.activations.c_str(), a.route.softcap.c_str(), a.route.top_k,
+                a.route.logprobs ? ", logprobs" : "", ceiling, ceiling_what.c_str());
   // Several GPUs: the one-GPU engine runs in the same process and run, so the ratio compares like
   // with like (same clocks, same inputs).
   std::unique_ptr<Engine> one_gpu;
@@ -73,7 +78,8 @@ int bench(const BenchArgs& a) {
     one_gpu = std::make_unique<Engine>(model, single);
   }
   auto time_runs = [&](Engine& e, const std::vector<float>& hidden, int T, RunResult& last) {
-    RunOptions ro;
+    RunOptions ro = route;
+    ro.top_k = static_cast<int>(std::min<int64_t>(ro.top_k, c.vocab));
     last = e.run(hidden, T, ro);  // warm-up: pages in the mapping, fills caches
     std::vector<double> ms;
     const auto bench_start = std::chrono::steady_clock::now();
@@ -103,7 +109,8 @@ int bench(const BenchArgs& a) {
     const double ratio = gbps / ceiling;
     nlohmann::json stages = nlohmann::json::object();
     for (const StageTime& s : last.times) stages[s.label] = s.ms;
-    rows.push_back({{"tokens", T}, {"threads", threads}, {"backend", engine.backend_name()}, {"median_ms", median},
+    rows.push_back({{"tokens", T}, {"threads", threads}, {"input", a.route.input}, {"activations", a.route.activations},
+                    {"softcap", a.route.softcap}, {"top_k", a.route.top_k}, {"logprobs", a.route.logprobs}, {"backend", engine.backend_name()}, {"median_ms", median},
                     {"min_ms", lo}, {"max_ms", hi}, {"runs", ms.size()}, {"bytes", c.head_bytes}, {"gbps", gbps},
                     {"ceiling_gbps", ceiling}, {"ratio", ratio}, {"stages_ms", stages}});
     double one_median = 0, exchange_ms = 0;
@@ -147,6 +154,8 @@ Action register_bench(CLI::App& app) {
   cmd->add_option("--tokens", a->tokens, "comma-separated token counts")->capture_default_str();
   cmd->add_option("--repeat", a->repeat, "timed runs per count (0: about one second, at least 5)")->check(CLI::Range(0, 100000));
   cmd->add_flag("--json", a->json, "print one JSON object");
+  add_route_options(*cmd, a->route);
+  add_model_options(*cmd, a->model_args);
   add_backend_options(*cmd, a->backend);
   return [a]() { return bench(*a); };
 }

@@ -9,10 +9,12 @@ Action register_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Show a checkpoint's head: shapes, type, metadata in force, byte bill");
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
+  auto model_args = std::make_shared<ModelArgs>();
   cmd->add_option("MODEL", *path, "GGUF checkpoint")->required();
   cmd->add_flag("--json", *json, "Print one JSON object");
+  add_model_options(*cmd, *model_args);
   return [=]() {
-    auto model = Model::open(*path);
+    auto model = Model::open(*path, model_args->options());
     const HeadConfig& c = model->config();
     const ByteBill b = byte_bill(c);
     if (*json) {
@@ -20,9 +22,15 @@ Action register_info(CLI::App& app) {
           {"path", *path}, {"architecture", c.architecture}, {"hidden", c.hidden}, {"vocab", c.vocab},
           {"head_tensor", c.head_tensor}, {"head_type", std::string(tensor_type_name(c.head_type))},
           {"tied", c.tied}, {"head_bytes", c.head_bytes}, {"row_bytes", c.row_bytes},
-          {"logit_scale", {{"value", c.logit_scale}, {"default", c.logit_scale_is_default}}},
-          {"softcap", {{"value", c.softcap}, {"default", c.softcap_is_default}}},
-          {"eps", {{"value", c.eps}, {"default", c.eps_is_default}}},
+          {"rule", {{"source", c.rule_source}, {"logit_scale", c.logit_scale_rule}, {"softcap", c.softcap_rule},
+                    {"final_norm", c.final_norm}, {"head_bias", c.has_head_bias}}},
+          {"logit_scale", {{"value", c.logit_scale}, {"stated", c.logit_scale_stated},
+                           {"from", std::string(to_string(c.logit_scale_from))}, {"default", c.logit_scale_is_default}}},
+          {"softcap", {{"value", c.softcap}, {"from", std::string(to_string(c.softcap_from))},
+                       {"default", c.softcap_is_default}}},
+          {"eps", {{"value", c.eps}, {"key", c.eps_key}, {"from", std::string(to_string(c.eps_from))},
+                   {"default", c.eps_is_default}}},
+          {"overrides", c.overrides},
           {"token_texts", model->has_token_texts()},
           {"byte_bill", {{"weights", b.weights}, {"normed", b.normed}, {"logits", b.logits},
                          {"softcap_nodes", b.softcap_nodes}, {"softcap_one_pass", b.softcap_one_pass},
@@ -30,19 +38,34 @@ Action register_info(CLI::App& app) {
       std::printf("%s\n", j.dump(2).c_str());
       return 0;
     }
-    auto dflt = [](bool d) { return d ? "  (default: absent from the file)" : ""; };
+    auto from = [](ValueSource v) -> std::string {
+      switch (v) {
+        case ValueSource::file: return "  (from the file)";
+        case ValueSource::arch_default: return "  (the architecture's default: absent from the file)";
+        case ValueSource::override_kv: return "  (from --override-kv)";
+        case ValueSource::not_applied: return "  (not applied by this architecture: any value in the file is ignored)";
+      }
+      return "";
+    };
     std::printf("checkpoint    %s\n", path->c_str());
     std::printf("architecture  %s\n", c.architecture.c_str());
     std::printf("head          %s, %s, %s rows x %s, %s B (%s B per row)\n", c.head_tensor.c_str(),
                 std::string(tensor_type_name(c.head_type)).c_str(), with_commas(c.vocab).c_str(),
                 with_commas(c.hidden).c_str(), with_commas(c.head_bytes).c_str(), with_commas(c.row_bytes).c_str());
     if (c.tied) std::printf("              tied head: no 'output.weight', using 'token_embd.weight'\n");
-    std::printf("logit_scale   %.9g%s\n", c.logit_scale, dflt(c.logit_scale_is_default));
-    if (c.softcap == 0)
-      std::printf("soft cap      0 (disabled: scale only)%s\n", dflt(c.softcap_is_default));
+    std::printf("rule          %s (llama.cpp %s): logit scale %s, soft cap %s, final norm %s\n", c.architecture.c_str(),
+                c.rule_source.c_str(), c.logit_scale_rule.c_str(), c.softcap_rule.c_str(), c.final_norm.c_str());
+    if (c.logit_scale != c.logit_scale_stated)
+      std::printf("logit_scale   x %.9g (1 / %.9g)%s\n", c.logit_scale, c.logit_scale_stated, from(c.logit_scale_from).c_str());
     else
-      std::printf("soft cap      %.9g%s\n", c.softcap, dflt(c.softcap_is_default));
-    std::printf("rms eps       %.9g%s\n", c.eps, dflt(c.eps_is_default));
+      std::printf("logit_scale   %.9g%s\n", c.logit_scale, from(c.logit_scale_from).c_str());
+    if (c.softcap == 0)
+      std::printf("soft cap      0 (disabled: scale only)%s\n", from(c.softcap_from).c_str());
+    else
+      std::printf("soft cap      %.9g%s\n", c.softcap, from(c.softcap_from).c_str());
+    std::printf("norm eps      %.9g (%s)%s\n", c.eps, c.eps_key.c_str(), from(c.eps_from).c_str());
+    if (c.has_head_bias) std::printf("head bias     'output.bias' (not computed by lmhead yet: run refuses this head)\n");
+    for (const std::string& o : c.overrides) std::printf("override      %s\n", o.c_str());
     std::printf("token texts   %s\n", model->has_token_texts() ? "yes" : "no (ids only)");
     print_byte_bill(c);
     return 0;

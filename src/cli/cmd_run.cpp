@@ -15,9 +15,10 @@ namespace lmhead::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, hidden, activations = "q8", softcap = "nodes", out, dump;
-  int top_k = 5;
-  bool logprobs = false, json = false, profile = false;
+  std::string model, hidden, out, dump;
+  bool json = false, profile = false;
+  RouteArgs route;
+  ModelArgs model_args;
   BackendOptions backend;
 };
 
@@ -58,16 +59,12 @@ void dump_stages(const std::string& dir, const RunResult& r, const HeadConfig& c
 }
 
 int run(const RunArgs& a) {
-  RunOptions opts;
-  if (!parse(a.activations, opts.activations)) throw Error("unknown --activations '" + a.activations + "'");
-  if (!parse(a.softcap, opts.softcap)) throw Error("unknown --softcap '" + a.softcap + "'");
-  opts.top_k = a.top_k;
-  opts.logprobs = a.logprobs;
+  RunOptions opts = a.route.options();
   opts.want_logits = !a.out.empty();
   opts.want_stages = !a.dump.empty();
   opts.stage_times = a.profile;
 
-  auto model = Model::open(a.model);
+  auto model = Model::open(a.model, a.model_args.options());
   const HeadConfig& c = model->config();
   const io::HiddenStates hidden = io::load_hidden(a.hidden);
   if (hidden.hidden != c.hidden)
@@ -84,20 +81,21 @@ int run(const RunArgs& a) {
   if (a.json) {
     nlohmann::json j;
     j["backend"] = r.backend;
-    j["activations"] = a.activations;
-    j["softcap"] = a.softcap;
+    j["input"] = a.route.input;
+    j["activations"] = a.route.activations;
+    j["softcap"] = a.route.softcap;
     j["tied_head"] = c.tied;
     j["tokens"] = nlohmann::json::array();
     for (int t = 0; t < r.tokens; ++t) {
       const TokenChoice& ch = r.choices[t];
       nlohmann::json tok = {{"token", t}, {"argmax", ch.argmax}, {"text", std::string(model->token_text(ch.argmax))},
                             {"logit", ch.value}};
-      if (a.logprobs) tok["logprob"] = ch.logprob;
+      if (a.route.logprobs) tok["logprob"] = ch.logprob;
       tok["ties"] = {{"count", ch.tie_count}, {"ids", ch.tied_ids}, {"decided_token", ch.tie_count > 1}};
       nlohmann::json top = nlohmann::json::array();
       for (const Candidate& cand : ch.top) {
         nlohmann::json e = {{"id", cand.id}, {"text", std::string(model->token_text(cand.id))}, {"logit", cand.logit}};
-        if (a.logprobs) e["logprob"] = cand.logprob;
+        if (a.route.logprobs) e["logprob"] = cand.logprob;
         top.push_back(e);
       }
       tok["top_k"] = top;
@@ -111,13 +109,14 @@ int run(const RunArgs& a) {
   }
 
   std::printf("%s: %d token(s), backend %s, activations %s, soft cap %s\n", a.model.c_str(), r.tokens,
-              r.backend.c_str(), a.activations.c_str(), c.softcap == 0 ? "off (scale only)" : a.softcap.c_str());
+              r.backend.c_str(), a.route.activations.c_str(), c.softcap == 0 ? "off (scale only)" : a.route.softcap.c_str());
+  if (opts.input == InputKind::normed) std::printf("input: already normed (the final norm was skipped)\n");
   if (c.tied) std::printf("tied head: no 'output.weight' in the file, using 'token_embd.weight'\n");
   for (int t = 0; t < r.tokens; ++t) {
     const TokenChoice& ch = r.choices[t];
     std::printf("token %d: argmax %d \"%s\" logit %.9g", t, ch.argmax,
                 printable(model->token_text(ch.argmax)).c_str(), ch.value);
-    if (a.logprobs) std::printf(" logprob %.6f", ch.logprob);
+    if (a.route.logprobs) std::printf(" logprob %.6f", ch.logprob);
     std::printf("\n");
     if (ch.tie_count > 1) {
       std::printf("  tie decided the token: %lld ids share the maximum %.9g, lowest id wins:",
@@ -130,7 +129,7 @@ int run(const RunArgs& a) {
       const Candidate& cand = ch.top[i];
       std::printf("  %2zu. %8d %-24s %.9g", i + 1, cand.id,
                   ("\"" + printable(model->token_text(cand.id)) + "\"").c_str(), cand.logit);
-      if (a.logprobs) std::printf("  logprob %.6f", cand.logprob);
+      if (a.route.logprobs) std::printf("  logprob %.6f", cand.logprob);
       std::printf("\n");
     }
   }
@@ -147,12 +146,9 @@ Action register_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   cmd->add_option("MODEL", a->model, "GGUF checkpoint")->required();
   cmd->add_option("--hidden", a->hidden, "INPUT: a .npy (f32 [H] or [T, H]) or FILE.gguf:TENSOR (F32, ggml dims [H, T])")->required();
-  cmd->add_option("--activations", a->activations, "q8 (llama.cpp's CPU route, byte-exact) or f32")
-      ->check(CLI::IsMember({"q8", "f32"}))->capture_default_str();
-  cmd->add_option("--softcap", a->softcap, "nodes (llama.cpp's graph, byte-exact) or fused (one formula)")
-      ->check(CLI::IsMember({"nodes", "fused"}))->capture_default_str();
-  cmd->add_option("--top-k", a->top_k, "candidates to show per token")->check(CLI::Range(0, 1 << 20))->capture_default_str();
-  cmd->add_flag("--logprobs", a->logprobs, "log_softmax of the argmax and the top-k");
+  a->route.top_k = 5;
+  add_route_options(*cmd, a->route);
+  add_model_options(*cmd, a->model_args);
   cmd->add_option("--out", a->out, "write the capped logits as f32 .npy [T, V]");
   cmd->add_option("--dump", a->dump, "write every stage as DIR/<stage>.npy");
   cmd->add_flag("--json", a->json, "print one JSON object");

@@ -47,6 +47,43 @@ EngineOptions BackendOptions::engine_options() const {
   return o;
 }
 
+ModelOptions ModelArgs::options() const {
+  ModelOptions m;
+  for (const std::string& text : override_kv) m.overrides.push_back(MetadataOverride::parse(text));
+  return m;
+}
+
+void add_model_options(CLI::App& cmd, ModelArgs& o) {
+  cmd.add_option("--override-kv", o.override_kv,
+                 "KEY=TYPE:VALUE (llama.cpp's syntax; TYPE int, float, bool or str): replace a metadata value "
+                 "before the architecture's rule reads it, e.g. granite.logit_scale=float:8 or "
+                 "general.architecture=str:llama; may be repeated")
+      ->allow_extra_args(false);  // one KEY=TYPE:VALUE per occurrence, so a MODEL after it stays positional
+}
+
+RunOptions RouteArgs::options() const {
+  RunOptions r;
+  if (!parse(input, r.input)) throw Error("unknown --input '" + input + "' (hidden or normed)");
+  if (!parse(activations, r.activations)) throw Error("unknown --activations '" + activations + "'");
+  if (!parse(softcap, r.softcap)) throw Error("unknown --softcap '" + softcap + "'");
+  r.top_k = top_k;
+  r.logprobs = logprobs;
+  return r;
+}
+
+void add_route_options(CLI::App& cmd, RouteArgs& o) {
+  cmd.add_option("--input", o.input,
+                 "hidden (the last layer's output: the final norm runs first) or normed (already through the "
+                 "final norm, e.g. HF's hidden_states[-1] or llama.cpp's embeddings: the norm is skipped)")
+      ->check(CLI::IsMember({"hidden", "normed"}))->capture_default_str();
+  cmd.add_option("--activations", o.activations, "q8 (llama.cpp's CPU route, byte-exact) or f32")
+      ->check(CLI::IsMember({"q8", "f32"}))->capture_default_str();
+  cmd.add_option("--softcap", o.softcap, "nodes (llama.cpp's graph, byte-exact) or fused (one formula)")
+      ->check(CLI::IsMember({"nodes", "fused"}))->capture_default_str();
+  cmd.add_option("--top-k", o.top_k, "candidates per token (0: argmax only)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  cmd.add_flag("--logprobs", o.logprobs, "log_softmax of the argmax and the top-k");
+}
+
 void add_backend_options(CLI::App& cmd, BackendOptions& o) {
   cmd.add_option("--backend", o.backend, "scalar (reference), cpu (fastest CPU kernels) or cuda")
       ->check(CLI::IsMember({"scalar", "cpu", "cuda"}))

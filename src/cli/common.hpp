@@ -45,6 +45,22 @@ struct BackendOptions {
 };
 void add_backend_options(CLI::App& cmd, BackendOptions& o);
 
+// --override-kv KEY=TYPE:VALUE (llama.cpp's syntax), for every command that opens a checkpoint.
+struct ModelArgs {
+  std::vector<std::string> override_kv;
+  ModelOptions options() const;  // throws Error naming a malformed override
+};
+void add_model_options(CLI::App& cmd, ModelArgs& o);
+
+// The route options `run` and `bench` share: what the input is and how the head computes it.
+struct RouteArgs {
+  std::string input = "hidden", activations = "q8", softcap = "nodes";
+  int top_k = 0;
+  bool logprobs = false;
+  RunOptions options() const;
+};
+void add_route_options(CLI::App& cmd, RouteArgs& o);
+
 // Deterministic hidden states for demos and benchmarks: Gaussian-like values from a fixed seed.
 std::vector<float> synthetic_hidden(int64_t tokens, int64_t hidden, uint64_t seed);
 

@@ -85,6 +85,7 @@ class CpuBackend final : public Backend {
   }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override;
+  bool takes_normed_input() const override { return true; }
 
  private:
   void run_rows(int worker, const TokenActs& acts, const TileKernel kernel, const ForwardRequest& req,
@@ -109,8 +110,11 @@ void CpuBackend::forward(const float* hidden, int tokens, const ForwardRequest& 
   StageClock clock(out.times);
 
   normed_.resize(size_t(tokens) * H);
-  for (int t = 0; t < tokens; ++t)
-    ops::rmsnorm(hidden + size_t(t) * H, head_.gamma, H, head_.eps, normed_.data() + size_t(t) * H);
+  if (req.input_normed)
+    std::copy(hidden, hidden + size_t(tokens) * H, normed_.begin());
+  else
+    for (int t = 0; t < tokens; ++t)
+      ops::rmsnorm(hidden + size_t(t) * H, head_.gamma, H, head_.eps, normed_.data() + size_t(t) * H);
   clock.lap("norm");
 
   TokenActs acts;

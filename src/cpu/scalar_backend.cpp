@@ -1,5 +1,6 @@
 // The reference backend: plain loops, one stage at a time, each stage's bytes kept. Every other
 // backend (AVX2, CUDA) is tested against this one byte for byte.
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -32,6 +33,7 @@ class ScalarBackend final : public Backend {
  public:
   explicit ScalarBackend(const HeadView& head) : head_(head) {}
   std::string name() const override { return "scalar"; }
+  bool takes_normed_input() const override { return true; }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
     const int64_t H = head_.hidden, V = head_.vocab;
@@ -52,8 +54,11 @@ class ScalarBackend final : public Backend {
     out.times.clear();
     StageClock clock(out.times);
 
-    for (int t = 0; t < tokens; ++t)
-      ops::rmsnorm(hidden + t * H, head_.gamma, H, head_.eps, normed.data() + t * H);
+    if (req.input_normed)
+      std::copy(hidden, hidden + size_t(tokens) * H, normed.begin());
+    else
+      for (int t = 0; t < tokens; ++t)
+        ops::rmsnorm(hidden + t * H, head_.gamma, H, head_.eps, normed.data() + t * H);
     clock.lap("norm");
 
     for (int t = 0; t < tokens; ++t)

@@ -30,28 +30,18 @@ uint64_t value_size(ValueType type) {
 
 bool known_value_type(int32_t raw) { return raw >= 0 && raw <= 12; }
 
-// ggml type ids lmhead cannot size, so an error can say what the file holds.
+// ggml type ids that no longer have a size in ggml's type table (ggml's own reader refuses them
+// too), so an error can say what the file holds.
 std::string_view ggml_type_name(int32_t raw) {
   switch (raw) {
-    case 4: return "q4_2 (removed from ggml)";
-    case 5: return "q4_3 (removed from ggml)";
-    case 16: return "iq2_xxs";
-    case 17: return "iq2_xs";
-    case 18: return "iq3_xxs";
-    case 19: return "iq1_s";
-    case 20: return "iq4_nl";
-    case 21: return "iq3_s";
-    case 22: return "iq2_s";
-    case 23: return "iq4_xs";
-    case 24: return "i8";
-    case 25: return "i16";
-    case 26: return "i32";
-    case 27: return "i64";
-    case 28: return "f64";
-    case 29: return "iq1_m";
-    case 34: return "tq1_0";
-    case 35: return "tq2_0";
-    case 39: return "mxfp4";
+    case 4: return "q4_2, removed from ggml";
+    case 5: return "q4_3, removed from ggml";
+    case 31: return "q4_0_4_4, removed from ggml";
+    case 32: return "q4_0_4_8, removed from ggml";
+    case 33: return "q4_0_8_8, removed from ggml";
+    case 36: return "iq4_nl_4_4, removed from ggml";
+    case 37: return "iq4_nl_4_8, removed from ggml";
+    case 38: return "iq4_nl_8_8, removed from ggml";
     default: return "";
   }
 }
@@ -420,7 +410,7 @@ void File::parse() {
     if (!type) {
       std::string_view known = ggml_type_name(raw_type);
       in.fail(name + ": unsupported ggml type id " + std::to_string(raw_type) +
-              (known.empty() ? std::string(" (unknown to lmhead)") : " (" + std::string(known) + ", which lmhead cannot read)") +
+              (known.empty() ? std::string(" (unknown to ggml and lmhead)") : " (" + std::string(known) + ")") +
               " at offset " + num(type_offset));
     }
     info.type = static_cast<TensorType>(raw_type);

@@ -1,10 +1,14 @@
 // A checkpoint's head: the mapped GGUF file, the head's configuration from metadata
 // (numerics.md §2) and zero-copy views of its tensors.
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "gguf/gguf.hpp"
+#include "model/arch_rules.hpp"
 #include "lmhead/lmhead.hpp"
 
 namespace lmhead {
@@ -20,22 +24,79 @@ struct Model::Impl {
 
 namespace {
 
-const gguf::Value* find_arch_key(const gguf::File& f, const std::string& arch, const char* suffix,
-                                 std::string& key) {
-  key = arch + "." + suffix;
-  return f.find(key);
+using model::Apply;
+using model::ArchRule;
+
+std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+std::string_view type_name(MetadataOverride::Type t) {
+  switch (t) {
+    case MetadataOverride::Type::int_value: return "int";
+    case MetadataOverride::Type::float_value: return "float";
+    case MetadataOverride::Type::bool_value: return "bool";
+    case MetadataOverride::Type::str_value: return "str";
+  }
+  return "?";
 }
 
-float finite_metadata_float(const gguf::Value& v, const std::string& key) {
-  const double d = v.as_number(key);
-  if (!std::isfinite(d)) throw Error("metadata key '" + key + "' is not a finite number");
-  return static_cast<float>(d);
-}
+// The checkpoint's metadata as the rule sees it: the file's key-values with the overrides on top.
+class Metadata {
+ public:
+  Metadata(const gguf::File& f, const std::vector<MetadataOverride>& overrides) : f_(f), overrides_(overrides) {}
+
+  const MetadataOverride* override_for(std::string_view key) const {
+    const MetadataOverride* found = nullptr;  // the last one given wins, as in llama.cpp
+    for (const MetadataOverride& o : overrides_)
+      if (o.key == key) found = &o;
+    return found;
+  }
+
+  // A float key (llama.cpp reads these as f32): false when absent. An override must be a float.
+  bool number(const std::string& key, double& value, ValueSource& from) const {
+    if (const MetadataOverride* o = override_for(key)) {
+      if (o->type != MetadataOverride::Type::float_value)
+        throw Error("override " + quoted(o->text()) + " has type " + std::string(type_name(o->type)) + ", but " +
+                    quoted(key) + " is a float: use " + key + "=float:VALUE");
+      value = o->f;
+      from = ValueSource::override_kv;
+      return true;
+    }
+    if (const gguf::Value* v = f_.find(key)) {
+      value = v->as_number(key);
+      from = ValueSource::file;
+      return true;
+    }
+    return false;
+  }
+
+  bool string(const std::string& key, std::string& value, ValueSource& from) const {
+    if (const MetadataOverride* o = override_for(key)) {
+      if (o->type != MetadataOverride::Type::str_value)
+        throw Error("override " + quoted(o->text()) + " has type " + std::string(type_name(o->type)) + ", but " +
+                    quoted(key) + " is a string: use " + key + "=str:VALUE");
+      value = o->s;
+      from = ValueSource::override_kv;
+      return true;
+    }
+    if (const gguf::Value* v = f_.find(key)) {
+      value = std::string(v->as_string(key));
+      from = ValueSource::file;
+      return true;
+    }
+    return false;
+  }
+
+  const gguf::File& file() const { return f_; }
+
+ private:
+  const gguf::File& f_;
+  const std::vector<MetadataOverride>& overrides_;
+};
 
 void check_shape_key(const gguf::File& f, const std::string& arch, const char* suffix, int64_t actual,
                      const char* what) {
-  std::string key;
-  if (const gguf::Value* v = find_arch_key(f, arch, suffix, key)) {
+  const std::string key = arch + "." + suffix;
+  if (const gguf::Value* v = f.find(key)) {
     const uint64_t declared = v->as_u64(key);
     if (declared != static_cast<uint64_t>(actual))
       throw Error("metadata key '" + key + "' says " + std::to_string(declared) + " but the head's " +
@@ -43,26 +104,148 @@ void check_shape_key(const gguf::File& f, const std::string& arch, const char* s
   }
 }
 
+std::string fmt(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+// "is not a finite number (nan)", "is negative (-1)", "is 0": the words a refusal starts with.
+std::string value_text(double v) {
+  if (!std::isfinite(v)) return "is not a finite number (" + fmt(v) + ")";
+  if (v < 0) return "is negative (" + fmt(v) + ")";
+  return "is " + fmt(v);
+}
+
+std::string apply_text(Apply a) { return std::string(model::to_string(a)); }
+
+// The rule an unknown architecture gets when the user states both values by override: the scale
+// multiplied, the cap applied when nonzero, RMSNorm, output.weight or the tied embedding.
+ArchRule stated_rule(std::string_view arch) {
+  return ArchRule{arch, model::ScaleOp::multiply, Apply::always, true, 0.0f, Apply::if_nonzero, 0.0f,
+                  model::FinalNorm::rms, model::HeadBias::none, model::HeadTensor::output_or_tied,
+                  "stated by overrides"};
+}
+
+std::string unknown_architecture(const std::string& path, const std::string& arch) {
+  return path + ": architecture '" + arch + "' has no rule in lmhead (docs/architectures.md lists the " +
+         "architectures it knows); lmhead does not guess a logit scale or a soft cap. State the rule with " +
+         "--override-kv " + arch + ".logit_scale=float:SCALE --override-kv " + arch +
+         ".final_logit_softcapping=float:CAP (CAP 0: no cap), or take a known architecture's rule with " +
+         "--override-kv general.architecture=str:NAME (API: ModelOptions::overrides, " +
+         "MetadataOverride::parse(\"KEY=TYPE:VALUE\"))";
+}
+
+// The logit scale the backends multiply by (numerics.md §2).
+void apply_scale_rule(const std::string& path, const ArchRule& rule, const Metadata& meta, HeadConfig& c) {
+  const std::string key = c.architecture + ".logit_scale";
+  c.logit_scale = 1.0f;
+  c.logit_scale_stated = 1.0f;
+  if (rule.scale_apply == Apply::never) {
+    c.logit_scale_rule = "never";
+    c.logit_scale_from = ValueSource::not_applied;
+    return;
+  }
+  c.logit_scale_rule = std::string(model::to_string(rule.scale_op)) + ", " + apply_text(rule.scale_apply);
+  double v = 0;
+  ValueSource from = ValueSource::arch_default;
+  if (!meta.number(key, v, from)) {
+    if (rule.scale_required)
+      throw Error(path + ": metadata key '" + key + "' is missing; a " + c.architecture +
+                  " checkpoint must state its logit scale (" + std::string(rule.source) + " reads it as required)");
+    v = rule.scale_default;
+    from = ValueSource::arch_default;
+  }
+  const float f = static_cast<float>(v);
+  const bool zero_is_none = rule.scale_apply == Apply::if_nonzero && f == 0.0f;
+  if (!std::isfinite(f) || f < 0.0f || (f == 0.0f && !zero_is_none))
+    throw Error(path + ": metadata key '" + key + "' " + value_text(v) + "; " + c.architecture + "'s graph " +
+                (rule.scale_op == model::ScaleOp::divide ? "divides" : "multiplies") + " the logits by it (" +
+                std::string(rule.source) + "), so lmhead refuses a zero, negative or non-finite scale " +
+                "(a negative one reverses the argmax)");
+  c.logit_scale_stated = f;
+  c.logit_scale_from = from;
+  if (zero_is_none) return;  // llama.cpp: `if (f_logit_scale)`, 0 means no scaling
+  c.logit_scale = rule.scale_op == model::ScaleOp::divide ? 1.0f / f : f;
+}
+
+void apply_cap_rule(const std::string& path, const ArchRule& rule, const Metadata& meta, HeadConfig& c) {
+  const std::string key = c.architecture + ".final_logit_softcapping";
+  c.softcap = 0.0f;
+  c.softcap_rule = apply_text(rule.cap_apply);
+  if (rule.cap_apply == Apply::never) {
+    c.softcap_from = ValueSource::not_applied;
+    return;
+  }
+  double v = 0;
+  ValueSource from = ValueSource::arch_default;
+  if (!meta.number(key, v, from)) {
+    v = rule.cap_default;
+    from = ValueSource::arch_default;
+  }
+  const float f = static_cast<float>(v);
+  if (!std::isfinite(f) || f < 0.0f || (f == 0.0f && rule.cap_apply == Apply::always))
+    throw Error(path + ": metadata key '" + key + "' " + value_text(v) + "; " + c.architecture +
+                "'s graph applies the cap " + (rule.cap_apply == Apply::always ? "whatever its value" : "when nonzero") +
+                " (" + std::string(rule.source) + "), so lmhead refuses a " +
+                (rule.cap_apply == Apply::always ? "zero, " : "") + "negative or non-finite cap");
+  c.softcap = f;
+  c.softcap_from = from;
+}
+
+void apply_eps_rule(const std::string& path, const ArchRule& rule, const Metadata& meta, HeadConfig& c) {
+  c.eps_key = c.architecture + (rule.norm == model::FinalNorm::rms ? ".attention.layer_norm_rms_epsilon"
+                                                                   : ".attention.layer_norm_epsilon");
+  double v = 0;
+  ValueSource from = ValueSource::arch_default;
+  if (meta.number(c.eps_key, v, from)) {
+    if (!std::isfinite(v)) throw Error(path + ": metadata key '" + c.eps_key + "' is not a finite number");
+    if (v < 0) throw Error(path + ": metadata key '" + c.eps_key + "' is negative");
+    c.eps = static_cast<float>(v);
+  } else {
+    c.eps = 1e-5f;
+    from = ValueSource::arch_default;
+  }
+  c.eps_from = from;
+}
+
 }  // namespace
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
-std::shared_ptr<const Model> Model::open(const std::string& path) {
+std::shared_ptr<const Model> Model::open(const std::string& path, const ModelOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   impl->file = gguf::File::open(path);
   const gguf::File& f = *impl->file;
   HeadConfig& c = impl->config;
+  const Metadata meta(f, options.overrides);
+  for (const MetadataOverride& o : options.overrides) c.overrides.push_back(o.text());
 
-  const gguf::Value* arch = f.find("general.architecture");
-  if (!arch) throw Error(path + ": metadata key 'general.architecture' is missing");
-  c.architecture = std::string(arch->as_string("general.architecture"));
+  ValueSource arch_from;
+  if (!meta.string("general.architecture", c.architecture, arch_from))
+    throw Error(path + ": metadata key 'general.architecture' is missing");
+  ArchRule stated;
+  const ArchRule* rule = model::find_arch_rule(c.architecture);
+  if (!rule) {
+    const bool scale_stated = meta.override_for(c.architecture + ".logit_scale") != nullptr;
+    const bool cap_stated = meta.override_for(c.architecture + ".final_logit_softcapping") != nullptr;
+    if (!scale_stated || !cap_stated) throw Error(unknown_architecture(path, c.architecture));
+    stated = stated_rule(c.architecture);
+    rule = &stated;
+  }
+  c.rule_source = std::string(rule->source);
+  c.final_norm = std::string(model::to_string(rule->norm));
 
-  const gguf::TensorInfo* head = f.find_tensor("output.weight");
+  const gguf::TensorInfo* head = nullptr;
+  if (rule->head != model::HeadTensor::tied_only) head = f.find_tensor("output.weight");
   if (head) {
     c.head_tensor = "output.weight";
   } else {
+    if (rule->head == model::HeadTensor::output_only)
+      throw Error(path + ": no head tensor: 'output.weight' is missing (" + c.architecture +
+                  " has no tied-embedding fallback in " + std::string(rule->source) + ")");
     head = f.find_tensor("token_embd.weight");
     if (!head) throw Error(path + ": no head tensor: neither 'output.weight' nor 'token_embd.weight' is present");
     c.head_tensor = "token_embd.weight";
@@ -83,8 +266,16 @@ std::shared_ptr<const Model> Model::open(const std::string& path) {
   c.head_bytes = head->nbytes;
   impl->head = head->data;
 
+  if (rule->bias == model::HeadBias::required) {
+    if (!f.find_tensor("output.bias"))
+      throw Error(path + ": tensor 'output.bias' (the head's bias) is missing; " + std::string(rule->source) + " requires it");
+    c.has_head_bias = true;
+  } else if (rule->bias == model::HeadBias::optional) {
+    c.has_head_bias = f.find_tensor("output.bias") != nullptr;
+  }
+
   const gguf::TensorInfo* norm = f.find_tensor("output_norm.weight");
-  if (!norm) throw Error(path + ": tensor 'output_norm.weight' (the final RMSNorm's gamma) is missing");
+  if (!norm) throw Error(path + ": tensor 'output_norm.weight' (the final norm's gamma) is missing");
   if (norm->type != TensorType::F32)
     throw Error(path + ": tensor 'output_norm.weight' must be f32, found " + std::string(tensor_type_name(norm->type)));
   if (norm->elements() != c.hidden || norm->dims[0] != c.hidden)
@@ -100,30 +291,12 @@ std::shared_ptr<const Model> Model::open(const std::string& path) {
   check_shape_key(f, c.architecture, "embedding_length", c.hidden, "hidden size");
   check_shape_key(f, c.architecture, "vocab_size", c.vocab, "vocabulary");
 
-  std::string key;
-  if (const gguf::Value* v = find_arch_key(f, c.architecture, "logit_scale", key)) {
-    c.logit_scale = finite_metadata_float(*v, key);
-  } else if (c.architecture == "muse-glimmer") {
-    // Fail closed: a muse-glimmer head without its scale would produce plausible but wrong logits.
-    throw Error(path + ": metadata key '" + key + "' is missing; a muse-glimmer checkpoint must state its logit scale");
-  } else {
-    c.logit_scale = 1.0f;
-    c.logit_scale_is_default = true;
-  }
-  if (const gguf::Value* v = find_arch_key(f, c.architecture, "final_logit_softcapping", key)) {
-    c.softcap = finite_metadata_float(*v, key);
-    if (c.softcap < 0) throw Error(path + ": metadata key '" + key + "' is negative");
-  } else {
-    c.softcap = 30.0f;  // llama.cpp's default
-    c.softcap_is_default = true;
-  }
-  if (const gguf::Value* v = find_arch_key(f, c.architecture, "attention.layer_norm_rms_epsilon", key)) {
-    c.eps = finite_metadata_float(*v, key);
-    if (c.eps < 0) throw Error(path + ": metadata key '" + key + "' is negative");
-  } else {
-    c.eps = 1e-5f;
-    c.eps_is_default = true;
-  }
+  apply_scale_rule(path, *rule, meta, c);
+  apply_cap_rule(path, *rule, meta, c);
+  apply_eps_rule(path, *rule, meta, c);
+  c.logit_scale_is_default = c.logit_scale_from == ValueSource::arch_default;
+  c.softcap_is_default = c.softcap_from == ValueSource::arch_default;
+  c.eps_is_default = c.eps_from == ValueSource::arch_default;
 
   if (const gguf::Value* v = f.find("tokenizer.ggml.tokens")) {
     if (v->type != gguf::ValueType::array || v->array_type != gguf::ValueType::string)
@@ -141,6 +314,76 @@ bool Model::has_token_texts() const { return !impl_->tokens.empty(); }
 std::string_view Model::token_text(int64_t id) const {
   if (id < 0 || id >= static_cast<int64_t>(impl_->tokens.size())) return {};
   return impl_->tokens[id];
+}
+
+MetadataOverride MetadataOverride::parse(std::string_view text) {
+  // llama.cpp's syntax: KEY=TYPE:VALUE, TYPE in int, float, bool, str.
+  const size_t eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    throw Error("override '" + std::string(text) + "': expected KEY=TYPE:VALUE (TYPE int, float, bool or str)");
+  MetadataOverride o;
+  o.key = std::string(text.substr(0, eq));
+  const std::string_view rest = text.substr(eq + 1);
+  const size_t colon = rest.find(':');
+  const std::string_view type = colon == std::string_view::npos ? rest : rest.substr(0, colon);
+  if (colon == std::string_view::npos)
+    throw Error("override '" + std::string(text) + "': expected KEY=TYPE:VALUE (TYPE int, float, bool or str)");
+  const std::string value(rest.substr(colon + 1));
+  auto bad = [&](const char* what) {
+    return Error("override '" + std::string(text) + "': '" + value + "' is not " + what);
+  };
+  if (type == "int") {
+    o.type = Type::int_value;
+    char* end = nullptr;
+    errno = 0;
+    o.i = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || errno == ERANGE) throw bad("an integer");
+  } else if (type == "float") {
+    o.type = Type::float_value;
+    char* end = nullptr;
+    o.f = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0') throw bad("a number");
+  } else if (type == "bool") {
+    o.type = Type::bool_value;
+    if (value == "true") o.b = true;
+    else if (value == "false") o.b = false;
+    else throw bad("true or false");
+  } else if (type == "str") {
+    o.type = Type::str_value;
+    if (value.size() > 127) throw Error("override '" + o.key + "': a str value is at most 127 bytes (llama.cpp's limit)");
+    o.s = value;
+  } else {
+    throw Error("override '" + std::string(text) + "': unknown type '" + std::string(type) +
+                "' (int, float, bool or str)");
+  }
+  return o;
+}
+
+std::string MetadataOverride::text() const {
+  switch (type) {
+    case Type::int_value: return key + "=int:" + std::to_string(i);
+    case Type::float_value: return key + "=float:" + fmt(f);
+    case Type::bool_value: return key + "=bool:" + (b ? "true" : "false");
+    case Type::str_value: return key + "=str:" + s;
+  }
+  return key;
+}
+
+std::string_view to_string(ValueSource v) {
+  switch (v) {
+    case ValueSource::file: return "file";
+    case ValueSource::arch_default: return "default";
+    case ValueSource::override_kv: return "override";
+    case ValueSource::not_applied: return "not applied";
+  }
+  return "?";
+}
+
+std::string_view to_string(InputKind k) { return k == InputKind::normed ? "normed" : "hidden"; }
+bool parse(std::string_view s, InputKind& k) {
+  if (s == "hidden") { k = InputKind::hidden; return true; }
+  if (s == "normed") { k = InputKind::normed; return true; }
+  return false;
 }
 
 ByteBill byte_bill(const HeadConfig& c) {
