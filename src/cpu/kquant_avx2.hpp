@@ -13,7 +13,7 @@
 //   sub-block scale gives the eight int32 lanes of the reference directly.
 // - Q6_K (§5b): the unsigned levels u (0..63) go through the same maddubs + madd (2 * 63 * 128 <
 //   32768: no saturation), then lane k loses 32 * (sc[2k] * bsums[2k] + sc[2k+1] * bsums[2k+1]),
-//   one madd of the token's sixteen bsums with the row's sixteen scales. That share of the offset,
+//   one madd of the token's sixteen bsums with the row's sixteen scales times 32. That share of the offset,
 //   not the one of the lane's own elements, is what makes each lane's integer, and so its fma's
 //   rounding, the reference's.
 #include <immintrin.h>
@@ -36,7 +36,7 @@ constexpr int kBlockBytesOf = K == KQuant::q4_K ? 144 : K == KQuant::q5_K ? 176 
 struct alignas(32) UnpackedK {
   __m256i levels[8];  // sub-block j (32 elements) in element order, unsigned
   __m256i scales[8];  // int16 scale of each element pair of sub-block j
-  __m256i extra;      // Q4/Q5: mins m[0..7] as int16 in both halves; Q6: scales[0..15] as int16
+  __m256i extra;      // Q4/Q5: mins m[0..7] as int16 in both halves; Q6: 32 * scales[0..15] as int16
   float d, dmin;
   float pad[6];
 };
@@ -118,7 +118,8 @@ inline void unpack_block(const uint8_t* x, UnpackedK& u) {
           2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1);
       u.scales[c] = _mm256_shuffle_epi8(src, pick);
     }
-    u.extra = _mm256_set_m128i(sc_hi, sc);
+    // 32 * scale fits int16 (|.| <= 4096), so the offset's factor costs nothing per token.
+    u.extra = _mm256_slli_epi16(_mm256_set_m128i(sc_hi, sc), 5);
     u.d = f16_at(x + 208);
     u.dmin = 0.0f;
   } else {
@@ -243,7 +244,7 @@ void dot_unpacked(const UnpackedK* u, int64_t nb, const PreparedTokens& p, int t
     for (int g = 0; g < G; ++g) {
       if constexpr (K == KQuant::q6_K) {
         const __m256i bs = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.bsums + (size_t(t0 + g) * nb + i) * 16));
-        isum[g] = _mm256_sub_epi32(isum[g], _mm256_slli_epi32(_mm256_madd_epi16(bs, u[i].extra), 5));
+        isum[g] = _mm256_sub_epi32(isum[g], _mm256_madd_epi16(bs, u[i].extra));
       }
       const __m256 dq = _mm256_mul_ps(_mm256_broadcast_ss(yd + g), d);
       acc[g] = _mm256_fmadd_ps(dq, _mm256_cvtepi32_ps(isum[g]), acc[g]);
