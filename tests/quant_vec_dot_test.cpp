@@ -1,4 +1,4 @@
-// Reference dot products. Q5_K x Q8_K must reproduce llama.cpp's golden `logits_raw` bytes; every
+// Reference dot products. Q5_K and Q6_K x Q8_K must reproduce llama.cpp's golden `logits_raw` bytes; every
 // other pairing is held to an f64 oracle with a bound derived from the operands' magnitudes.
 #include <gtest/gtest.h>
 
@@ -25,19 +25,21 @@ using testing::same_bits;
 
 constexpr double kUnit = 0x1p-24;  // unit roundoff of f32
 
-// ---- golden: Q5_K x Q8_K is numerics.md §5, byte for byte ---------------------------------------
+// ---- golden: Q5_K x Q8_K is numerics.md §5, Q6_K x Q8_K §5b, byte for byte ----------------------
 
 struct GoldenSet {
   const char* model;
   const char* vectors;
+  TensorType type = TensorType::Q5_K;
 };
 
-class GoldenQ5K : public ::testing::TestWithParam<GoldenSet> {};
+class GoldenDot : public ::testing::TestWithParam<GoldenSet> {};
 
-TEST_P(GoldenQ5K, DotsEqualLogitsRawForEveryRowAndToken) {
+TEST_P(GoldenDot, DotsEqualLogitsRawForEveryRowAndToken) {
   auto model = open_golden(GetParam().model);
   auto vectors = open_golden(GetParam().vectors);
-  const auto weight = golden_tensor(model, "output.weight", TensorType::Q5_K);
+  const TensorType type = GetParam().type;
+  const auto weight = golden_tensor(model, "output.weight", type);
   const auto act = golden_tensor(vectors, "normed_vec_dot", TensorType::Q8_K);
   const auto normed = golden_tensor(vectors, "normed", TensorType::F32);
   const auto raw = golden_tensor(vectors, "logits_raw", TensorType::F32);
@@ -51,28 +53,31 @@ TEST_P(GoldenQ5K, DotsEqualLogitsRawForEveryRowAndToken) {
   std::vector<float> scratch(static_cast<size_t>(hidden));
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t r = 0; r < vocab; ++r) {
-      const float ours = vec_dot_q8_route(TensorType::Q5_K, weight.row(r), act.row(t), hidden);
+      const float ours = vec_dot_q8_route(type, weight.row(r), act.row(t), hidden);
       const float golden = raw.f32_row(t)[r];
       if (!same_bits(ours, golden) && ++differ <= 5)
         ADD_FAILURE() << GetParam().vectors << " token " << t << " row " << r << ": " << ours << " vs golden "
                       << golden;
       // What the f32 route changes: the activation quantization error, not a defect.
-      const float f32_route = vec_dot_f32_route(TensorType::Q5_K, weight.row(r), normed.f32_row(t), hidden, scratch.data());
+      const float f32_route = vec_dot_f32_route(type, weight.row(r), normed.f32_row(t), hidden, scratch.data());
       const double d = std::fabs(double(f32_route) - golden);
       f32_route_max = std::max(f32_route_max, d);
       f32_route_sum += d;
     }
   EXPECT_EQ(differ, 0);
-  std::printf("[ quant    ] %s: Q5_K x Q8_K equals logits_raw for %lld of %lld (row, token) pairs\n",
-              GetParam().vectors, (long long)(vocab * tokens - differ), (long long)(vocab * tokens));
+  std::printf("[ quant    ] %s: %s x Q8_K equals logits_raw for %lld of %lld (row, token) pairs\n",
+              GetParam().vectors, std::string(tensor_type_name(type)).c_str(), (long long)(vocab * tokens - differ),
+              (long long)(vocab * tokens));
   std::printf("[ quant    ] %s: f32 route minus golden q8 logits_raw: max |d| %.3g, mean |d| %.3g\n",
               GetParam().vectors, f32_route_max, f32_route_sum / double(vocab * tokens));
 }
 
-INSTANTIATE_TEST_SUITE_P(BothSets, GoldenQ5K,
+INSTANTIATE_TEST_SUITE_P(Sets, GoldenDot,
                          ::testing::Values(GoldenSet{"tail-q5k-v4099-h512.gguf", "tail-q5k-v4099-h512.vectors.gguf"},
-                                           GoldenSet{"tail-q5k-v4096-h256.gguf", "tail-q5k-v4096-h256.vectors.gguf"}),
-                         [](const auto& info) { return std::string(info.param.model).substr(9, 10).replace(5, 1, "_"); });
+                                           GoldenSet{"tail-q5k-v4096-h256.gguf", "tail-q5k-v4096-h256.vectors.gguf"},
+                                           GoldenSet{"tail-q6k-v4101-h768.gguf", "tail-q6k-v4101-h768.vectors.gguf",
+                                                     TensorType::Q6_K}),
+                         [](const auto& info) { return std::string(info.param.model).substr(5, 14).replace(3, 1, "_").replace(9, 1, "_"); });
 
 // ---- f64 oracles ---------------------------------------------------------------------------------
 

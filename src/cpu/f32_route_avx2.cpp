@@ -33,6 +33,8 @@ void decode_row_kquant(const uint8_t* row, int64_t n, float* y) {
     __m256i q[8];
     if constexpr (K == KQuant::q6_K) {
       unpack_levels_q6(x, q);
+      // The f32 route decodes each value as §3 does, (d * scale) * (u - 32): the offset per element.
+      for (int c = 0; c < 8; ++c) q[c] = _mm256_sub_epi8(q[c], _mm256_set1_epi8(32));
       const float d = f16_at(x + 208);
       const int8_t* sc = reinterpret_cast<const int8_t*>(x + 192);
       alignas(32) uint8_t bytes[32];

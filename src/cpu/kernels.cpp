@@ -62,9 +62,9 @@ bool cpu_has_avx512() {
 size_t kernel_scratch_bytes(int64_t hidden) {
   // The largest of: four rows decoded to f32 plus every token's activations converted to f32 (the
   // float kernels); one unpacked K-quant row (576 B per super-block) plus the prepared token-side
-  // values (at most 288 B per super-block and token). Plus slack for alignment.
+  // values (at most 320 B per super-block and token). Plus slack for alignment.
   const size_t floats = size_t(hidden) * sizeof(float) * (4 + kMaxKernelTokens);
-  const size_t kquant = size_t((hidden + 255) / 256) * (576 + 288 * kMaxKernelTokens);
+  const size_t kquant = size_t((hidden + 255) / 256) * (576 + 320 * kMaxKernelTokens);
   return std::max(floats, kquant) + 4096;
 }
 

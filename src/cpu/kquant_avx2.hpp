@@ -8,12 +8,14 @@
 // accumulators in registers. The float operations per (row, token) are exactly the scalar
 // reference's in quant/vec_dot.cpp, so a token's bytes never depend on the batch it is in.
 //
-// Integer lane sums are exact in any order (numerics.md §5), which allows two reorganizations:
+// Integer lane sums are exact in any order (numerics.md §5); what each float lane receives is not:
 // - Q4_K / Q5_K: levels are unsigned (0..15 / 0..31): maddubs(level, q8) then madd with the
 //   sub-block scale gives the eight int32 lanes of the reference directly.
-// - Q6_K: levels are signed (-32..31). The activations are offset to unsigned (q8 + 128, 1..255,
-//   once per call) and the row's constant 128 * sum(scale * level) per lane is subtracted once per
-//   super-block: maddubs(q8 + 128, level) never saturates (2 * 255 * 32 < 32768).
+// - Q6_K (§5b): the unsigned levels u (0..63) go through the same maddubs + madd (2 * 63 * 128 <
+//   32768: no saturation), then lane k loses 32 * (sc[2k] * bsums[2k] + sc[2k+1] * bsums[2k+1]),
+//   one madd of the token's sixteen bsums with the row's sixteen scales times 32. That share of the offset,
+//   not the one of the lane's own elements, is what makes each lane's integer, and so its fma's
+//   rounding, the reference's.
 #include <immintrin.h>
 
 #include <cstddef>
@@ -32,9 +34,9 @@ constexpr int kBlockBytesOf = K == KQuant::q4_K ? 144 : K == KQuant::q5_K ? 176 
 
 // One super-block of a row, unpacked for every token.
 struct alignas(32) UnpackedK {
-  __m256i levels[8];  // sub-block j (32 elements) in element order: Q4/Q5 unsigned, Q6 signed
+  __m256i levels[8];  // sub-block j (32 elements) in element order, unsigned
   __m256i scales[8];  // int16 scale of each element pair of sub-block j
-  __m256i extra;      // Q4/Q5: mins m[0..7] as int16 in both halves; Q6: 128 * sum(scale * level) per lane
+  __m256i extra;      // Q4/Q5: mins m[0..7] as int16 in both halves; Q6: 32 * scales[0..15] as int16
   float d, dmin;
   float pad[6];
 };
@@ -82,9 +84,10 @@ inline void unpack_levels_q45(const uint8_t* block, __m256i q[8]) {
 }
 
 // Q6_K (numerics.md §3): 32-element chunk c = 4n + r takes the low (r = 0, 1) or high (r = 2, 3)
-// nibble of ql[64n + 32 (r & 1) + l] and bits 2r, 2r+1 of qh[32n + l]; level = that - 32.
+// nibble of ql[64n + 32 (r & 1) + l] and bits 2r, 2r+1 of qh[32n + l]: the unsigned level u
+// (the offset 32 is taken off per lane, from the bsums, in dot_unpacked).
 inline void unpack_levels_q6(const uint8_t* block, __m256i q[8]) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x30), m32 = _mm256_set1_epi8(32);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x30);
   for (int n = 0; n < 2; ++n) {
     const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * n));
     const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * n + 32));
@@ -95,7 +98,6 @@ inline void unpack_levels_q6(const uint8_t* block, __m256i q[8]) {
     q[4 * n + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(h, two));
     q[4 * n + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
                                    _mm256_and_si256(_mm256_srli_epi16(h, 2), two));
-    for (int r = 0; r < 4; ++r) q[4 * n + r] = _mm256_sub_epi8(q[4 * n + r], m32);
   }
 }
 
@@ -107,8 +109,6 @@ inline void unpack_block(const uint8_t* x, UnpackedK& u) {
     const __m128i sc = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + 192)));  // scales 0..7
     const __m128i sc_hi = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + 200)));
     const __m256i all_lo = _mm256_broadcastsi128_si256(sc), all_hi = _mm256_broadcastsi128_si256(sc_hi);
-    const __m256i ones = _mm256_set1_epi8(1);
-    __m256i corr = _mm256_setzero_si256();
     for (int c = 0; c < 8; ++c) {
       const __m256i src = c < 4 ? all_lo : all_hi;
       const int a = (2 * c) & 7, b = (2 * c + 1) & 7;  // int16 lanes of scales[2c], scales[2c+1]
@@ -117,9 +117,9 @@ inline void unpack_block(const uint8_t* x, UnpackedK& u) {
           2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1,
           2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1);
       u.scales[c] = _mm256_shuffle_epi8(src, pick);
-      corr = _mm256_add_epi32(corr, _mm256_madd_epi16(_mm256_maddubs_epi16(ones, u.levels[c]), u.scales[c]));
     }
-    u.extra = _mm256_slli_epi32(corr, 7);
+    // 32 * scale fits int16 (|.| <= 4096), so the offset's factor costs nothing per token.
+    u.extra = _mm256_slli_epi16(_mm256_set_m128i(sc_hi, sc), 5);
     u.d = f16_at(x + 208);
     u.dmin = 0.0f;
   } else {
@@ -140,14 +140,15 @@ inline void unpack_row(const uint8_t* row, int64_t nb, UnpackedK* u) {
 
 // Token-side values, per super-block i and token t (tokens padded to a multiple of 8 with zeros,
 // so eight tokens load as one vector): y.d, -y.d, the bsum pairs as int32 words
-// (bsums[4p] + bsums[4p+1]) | (bsums[4p+2] + bsums[4p+3]) << 16 for p = 0..3, and the quants
-// copied 32-byte aligned (Q6_K: offset to unsigned).
+// (bsums[4p] + bsums[4p+1]) | (bsums[4p+2] + bsums[4p+3]) << 16 for p = 0..3, the quants
+// copied 32-byte aligned, and (Q6_K) the sixteen bsums themselves, 32-byte aligned.
 struct PreparedTokens {
   int tpad = 0;
   float* yd = nullptr;        // [nb][tpad]
   float* neg_yd = nullptr;    // [nb][tpad]
   int32_t* pairs = nullptr;   // [nb][4][tpad]
   uint8_t* qs = nullptr;      // [tokens][nb][256]
+  int16_t* bsums = nullptr;   // Q6_K: [tokens][nb][16]
 };
 
 template <KQuant K>
@@ -159,8 +160,7 @@ PreparedTokens prepare_tokens(const TokenActs& acts, int64_t nb, uint8_t* mem) {
   p.yd = reinterpret_cast<float*>(p.pairs + 4 * cells);
   p.neg_yd = p.yd + cells;
   p.qs = reinterpret_cast<uint8_t*>(p.neg_yd + cells);
-  // Q6_K's signed levels need unsigned activations: q8 + 128 is q8 with its top bit flipped.
-  const __m256i flip = _mm256_set1_epi8(K == KQuant::q6_K ? -128 : 0);
+  p.bsums = reinterpret_cast<int16_t*>(p.qs + size_t(acts.tokens) * nb * 256);
   for (int64_t i = 0; i < nb; ++i)
     for (int t = 0; t < p.tpad; ++t) {
       const size_t c = size_t(i) * p.tpad + t;
@@ -173,8 +173,11 @@ PreparedTokens prepare_tokens(const TokenActs& acts, int64_t nb, uint8_t* mem) {
         uint8_t* dst = p.qs + (size_t(t) * nb + i) * 256;
         for (int j = 0; j < 8; ++j) {
           const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + kQ8KQsAt + 32 * j));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32 * j), _mm256_xor_si256(q, flip));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32 * j), q);
         }
+        if constexpr (K == KQuant::q6_K)
+          _mm256_store_si256(reinterpret_cast<__m256i*>(p.bsums + (size_t(t) * nb + i) * 16),
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + kQ8KBsumsAt)));
       } else {
         p.yd[c] = 0.0f;
         p.neg_yd[c] = 0.0f;
@@ -232,15 +235,17 @@ void dot_unpacked(const UnpackedK* u, int64_t nb, const PreparedTokens& p, int t
       const __m256i s = _mm256_load_si256(&u[i].scales[j]);
       for (int g = 0; g < G; ++g) {
         const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(qs[g] + i * 256 + 32 * j));
-        const __m256i p16 = K == KQuant::q6_K ? _mm256_maddubs_epi16(a, w) : _mm256_maddubs_epi16(w, a);
-        isum[g] = _mm256_add_epi32(isum[g], _mm256_madd_epi16(p16, s));
+        isum[g] = _mm256_add_epi32(isum[g], _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), s));
         keep_in_register(isum[g]);
       }
     }
     const float* yd = p.yd + size_t(i) * p.tpad + t0;
     const __m256 d = _mm256_broadcast_ss(&u[i].d);
     for (int g = 0; g < G; ++g) {
-      if constexpr (K == KQuant::q6_K) isum[g] = _mm256_sub_epi32(isum[g], u[i].extra);
+      if constexpr (K == KQuant::q6_K) {
+        const __m256i bs = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.bsums + (size_t(t0 + g) * nb + i) * 16));
+        isum[g] = _mm256_sub_epi32(isum[g], _mm256_madd_epi16(bs, u[i].extra));
+      }
       const __m256 dq = _mm256_mul_ps(_mm256_broadcast_ss(yd + g), d);
       acc[g] = _mm256_fmadd_ps(dq, _mm256_cvtepi32_ps(isum[g]), acc[g]);
     }

@@ -34,6 +34,8 @@ template <TensorType T> constexpr int stage_bytes() { return 32 * pitch_of<T>();
 __device__ __forceinline__ uint4 ldg128(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
 // Packed levels of one 256-element group: lv[j][k] holds elements 32j + 4k .. 32j + 4k + 3.
+// Q6_K's are the unsigned u = q + 32 (0..63): its q8 route takes the offset off per lane from the
+// bsums (numerics.md §5b), its f32 route per element.
 template <TensorType T>
 __device__ __forceinline__ void group_levels(const uint8_t* b, uint32_t (&lv)[8][8]) {
   if constexpr (T == TensorType::Q5_K || T == TensorType::Q4_K) {
@@ -66,7 +68,7 @@ __device__ __forceinline__ void group_levels(const uint8_t* b, uint32_t (&lv)[8]
         const int wl = 16 * n + 8 * (cq & 1) + k, wh = 8 * n + k;
         const uint32_t lo = (word_of(ql[wl >> 2], wl & 3) >> (4 * (cq >> 1))) & 0x0F0F0F0Fu;
         const uint32_t hi = ((word_of(qh[wh >> 2], wh & 3) >> (2 * cq)) & 0x03030303u) << 4;
-        lv[c][k] = __vsub4(lo | hi, 0x20202020u);  // signed levels q - 32
+        lv[c][k] = lo | hi;
       }
   } else if constexpr (T == TensorType::Q8_0) {
 #pragma unroll
@@ -214,15 +216,21 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
           const float ad = __ldg(p.act_d + size_t(gi) * kMaxTokens + t);
           const float dd = __fmul_rn(ad, wd);
           const uint4 sc4 = lds128(b + 192);
+          auto scale = [&](int si) { return int(int8_t(byte_of(word_of(sc4, si >> 2), si & 3))); };
 #pragma unroll
           for (int k = 0; k < 8; ++k) {
             int isum = 0;
 #pragma unroll
-            for (int c = 0; c < 8; ++c) {
-              const int si = 2 * c + (k >= 4 ? 1 : 0);
-              const int sc = int(int8_t(byte_of(word_of(sc4, si >> 2), si & 3)));
-              isum += sc * __dp4a(int(lv[c][k]), int(aw[8 * c + k]), 0);
+            for (int c = 0; c < 8; ++c) isum += scale(2 * c + (k >= 4 ? 1 : 0)) * __dp4a(int(lv[c][k]), int(aw[8 * c + k]), 0);
+            // Lane k's share of the offset: 16-element groups 2k and 2k+1 (words 8k .. 8k+7),
+            // whatever elements the lane itself holds; that share sets the lane's rounding.
+            int bs0 = 0, bs1 = 0;
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+              bs0 = __dp4a(int(aw[8 * k + w]), 0x01010101, bs0);
+              bs1 = __dp4a(int(aw[8 * k + 4 + w]), 0x01010101, bs1);
             }
+            isum -= 32 * (scale(2 * k) * bs0 + scale(2 * k + 1) * bs1);
             acc[tj][k] = __fmaf_rn(dd, __int2float_rn(isum), acc[tj][k]);
           }
         } else {  // Q8_0: eight blocks of 32 per group
@@ -279,7 +287,7 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
               const float scale = __fmul_rn(d, float(int(int8_t(byte_of(word_of(sc4, si >> 2), si & 3)))));
 #pragma unroll
               for (int bb = 0; bb < 4; ++bb)
-                feed(32 * c + 4 * k + bb, __fmul_rn(scale, float(int(int8_t(byte_of(lv[c][k], bb))))));
+                feed(32 * c + 4 * k + bb, __fmul_rn(scale, float(int(byte_of(lv[c][k], bb)) - 32)));
             }
         } else {  // Q8_0
           const int nblk = min(8, ne / 32);

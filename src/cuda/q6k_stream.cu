@@ -1,14 +1,18 @@
 // The Q6_K head on the q8 route for T <= 4, weights streamed into registers from the Q6_K stream
-// layout (stream::transcode_tile_q6k), byte-identical to src/quant/vec_dot.cpp's dot_q6_K_q8_K:
-//   d = y.d * f32(x.d);  isum[k] = sum_j scales[2j + k / 4] * sum_b q6(32j + 4k + b) * q8(...)
+// layout (stream::transcode_tile_q6k), byte-identical to src/quant/vec_dot.cpp's dot_q6_K_q8_K
+// (numerics.md §5b):
+//   d = y.d * f32(x.d);  pos[k] = sum_j scales[2j + k / 4] * sum_b u(32j + 4k + b) * q8(...)
+//   isum[k] = pos[k] - 32 * (scales[2k] * bsums[2k] + scales[2k+1] * bsums[2k+1])
 //   acc[k] = fma(d, float(isum[k]), acc[k]);  result = hsum(acc)  (no mins term)
 //
 // The lanes split of the Q5_K kernel: per 32-element chunk j one m16n8k32 MMA with the tile's 16
 // rows as A and the eight float lanes as N. A holds the unsigned levels u = q6 + 32 (0..63, the
-// layout's twelve words decode them in 36 operations per row); the accumulators start at
-// -32 * (the lane's four q8 summed), so D is the signed sum exactly as the reference's. Both C
-// columns of a thread (lanes 2q, 2q + 1) lie in the same 16-element half of the chunk, so they
-// share one signed scale, taken from the row's 16 scale bytes by two shifts.
+// layout's twelve words decode them in 36 operations per row). Lane k's integer starts at its
+// share of the offset, -32 times groups 2k and 2k+1's scaled bsums, not at the offset of its own
+// elements: the eight totals are the same integer, but which lane holds what decides how the
+// fma's round. Both C columns of a thread (lanes 2q, 2q + 1) lie in the same 16-element half of
+// the chunk, so they share one signed scale, taken from the row's 16 scale bytes by two shifts;
+// their offset shares use scale bytes 4q .. 4q+3, the same word q of the row's scales.
 #include <cuda_runtime.h>
 
 #include "cuda/q5k_lanes_math.cuh"
@@ -20,15 +24,16 @@ namespace {
 
 using namespace lanes_math;
 
-// Shared memory: the lane runs, then per (super-block, token) the accumulator starts
-// -32 * sum(q8 word (j, k)) at [q = k / 2][j][k % 2] (one thread's four 16-byte loads) and y.d.
+// Shared memory: the lane runs, then per (super-block, token) the sixteen 16-element bsums as
+// int16 pairs (word m: bsums[2m] low, bsums[2m + 1] high; a thread reads words 2q, 2q + 1 in one
+// 8-byte load) and y.d.
 template <int TT>
 struct Q6Smem : LaneRuns {
-  int* start;  // [items][64]
-  float* yd;   // [items]
+  uint32_t* bsp;  // [items][8]
+  float* yd;      // [items]
   __device__ Q6Smem(uint8_t* smem, int groups) : LaneRuns(smem, groups * TT) {
-    start = reinterpret_cast<int*>(tail());
-    yd = reinterpret_cast<float*>(start + size_t(items) * 64);
+    bsp = reinterpret_cast<uint32_t*>(tail());
+    yd = reinterpret_cast<float*>(bsp + size_t(items) * 8);
   }
 };
 
@@ -51,16 +56,23 @@ struct Q6Stream {
   }
   __host__ __device__ static size_t smem_bytes(int groups, int tt) {
     const size_t items = size_t(groups) * tt;
-    return lane_runs_bytes(items) + items * (64 * 4 + 4);
+    return lane_runs_bytes(items) + items * (8 * 4 + 4);
   }
   template <int TT>
   __device__ static void stage(const HeadParams& p, uint8_t* smem) {
     const Q6Smem<TT> a(smem, p.groups);
     stage_lane_runs<TT>(p, a);
-    for (int i = threadIdx.x; i < a.items * 64; i += blockDim.x) {
-      const int it = i >> 6, w = i & 63, j = w >> 3, k = w & 7, sb = it / TT, t = it - sb * TT;
-      const int word = *reinterpret_cast<const int*>(p.act_qs + (size_t(sb) * kMaxTokens + p.t0 + t) * kActPitch + 32 * j + 4 * k);
-      a.start[it * 64 + 16 * (k >> 1) + 2 * j + (k & 1)] = -32 * __dp4a(word, 0x01010101, 0);
+    for (int i = threadIdx.x; i < a.items * 8; i += blockDim.x) {
+      const int it = i >> 3, m = i & 7, sb = it / TT, t = it - sb * TT;
+      const int8_t* q8 = p.act_qs + (size_t(sb) * kMaxTokens + p.t0 + t) * kActPitch + 32 * m;
+      const uint4 lo = *reinterpret_cast<const uint4*>(q8), hi = *reinterpret_cast<const uint4*>(q8 + 16);
+      int s0 = 0, s1 = 0;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        s0 = __dp4a(int(word_of(lo, w)), 0x01010101, s0);
+        s1 = __dp4a(int(word_of(hi, w)), 0x01010101, s1);
+      }
+      a.bsp[i] = (uint32_t(s0) & 0xFFFFu) | (uint32_t(s1) << 16);
     }
     for (int i = threadIdx.x; i < a.items; i += blockDim.x) {
       const int sb = i / TT, t = i - sb * TT;
@@ -87,13 +99,13 @@ struct Q6Stream {
 #pragma unroll
         for (int t = 0; t < TT; ++t) dq[t][r] = __fmul_rn(act.yd[sb * TT + t], d);
       }
-      uint4 bp[TT][4], cs[TT][4];
+      uint4 bp[TT][4];
+      uint2 bs[TT];
 #pragma unroll
       for (int t = 0; t < TT; ++t) {
         const int item = sb * TT + t;
         load_b_pairs(act.act + item * stream::kActWords, act.zero, act_off, bp[t]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) cs[t][i] = lds128(act.start + item * 64 + 16 * q + 4 * i);
+        bs[t] = *reinterpret_cast<const uint2*>(act.bsp + item * 8 + 2 * q);
       }
       uint32_t w[2][12];
 #pragma unroll
@@ -105,9 +117,14 @@ struct Q6Stream {
         }
       int isum[TT][2][2];
 #pragma unroll
-      for (int t = 0; t < TT; ++t)
+      for (int r = 0; r < 2; ++r) {
+        const int scw = int(word_of(it.sc[r], q));  // signed scales 4q .. 4q+3 of the row
 #pragma unroll
-        for (int r = 0; r < 2; ++r) isum[t][r][0] = isum[t][r][1] = 0;
+        for (int t = 0; t < TT; ++t) {
+          isum[t][r][0] = -32 * __dp2a_lo(int(bs[t].x), scw, 0);
+          isum[t][r][1] = -32 * __dp2a_hi(int(bs[t].y), scw, 0);
+        }
+      }
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         uint32_t wq[2], wq4[2];
@@ -120,10 +137,9 @@ struct Q6Stream {
         }
 #pragma unroll
         for (int t = 0; t < TT; ++t) {
-          const int c0 = int(word_of(cs[t][j >> 1], 2 * (j & 1))), c1 = int(word_of(cs[t][j >> 1], 2 * (j & 1) + 1));
           int dd[4];
           mma_u8s8(dd, wq[0], wq[1], wq4[0], wq4[1], word_of(bp[t][j >> 1], 2 * (j & 1)),
-                   word_of(bp[t][j >> 1], 2 * (j & 1) + 1), c0, c1, c0, c1);
+                   word_of(bp[t][j >> 1], 2 * (j & 1) + 1), 0);
           isum[t][0][0] += s[0] * dd[0];
           isum[t][0][1] += s[0] * dd[1];
           isum[t][1][0] += s[1] * dd[2];

@@ -164,8 +164,8 @@ inline void transcode_tile_q4k(const uint8_t* const (&rows)[kTileRows], int grou
 }
 
 // Q6_K (210-byte blocks: ql [0, 128), qh [128, 192), 16 signed scales [192, 208), f16 d [208, 210))
-// in the lanes split. The operands are the unsigned levels u = q6 + 32 (0..63; the kernel starts
-// each MMA's accumulators at -32 times the lane's q8 sum, so D is the signed sum). A thread's
+// in the lanes split. The operands are the unsigned levels u = q6 + 32 (0..63; the kernel takes
+// the offset off per lane from the bsums, numerics.md §5b). A thread's
 // sixteen operand words per row (a = 2j + h: lane q + 4h of 32-element chunk j) take 384 bits,
 // stored as twelve words: W0..W11 carry A(0)..A(11) in bits 0-5 of each byte (one AND each);
 // A(12 + m) is split two bits at a time over the spare bits 6-7 of W(3m), W(3m + 1), W(3m + 2).

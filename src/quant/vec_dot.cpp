@@ -95,25 +95,33 @@ float dot_q4_K_q8_K(const block_q4_K* x, const block_q8_K* y, int64_t nb) {
   return reduce_lanes(acc) + mins;
 }
 
-// Q6_K x Q8_K in llama.cpp's x86 AVX2 order, per super-block:
+// Q6_K x Q8_K in llama.cpp's x86 AVX2 order (numerics.md §5b), per super-block:
 //   d = y.d * f32(d)
-//   isum[k] = sum over 32-element chunks c of sum_{b<4} scales[e / 16] * q6(e) * q8(e),
-//             e = 32c + 4k + b, q6 signed (-32..31)
+//   pos[k]  = sum over 32-element chunks c of scales[2c + k / 4] * sum_{b<4} u(e) * q8(e),
+//             e = 32c + 4k + b, u the unsigned level (0..63)
+//   isum[k] = pos[k] - 32 * (scales[2k] * bsums[2k] + scales[2k+1] * bsums[2k+1])
 //   acc[k] = fma(d, float(isum[k]), acc[k])
-// result = reduce_lanes(acc). (AVX2 computes q6 * q8 with unsigned 0..63 levels and subtracts
-// 32 * q8; the integer sum is the same exact value.)
+// result = reduce_lanes(acc). The offset's share in lane k is that of 16-element groups 2k and
+// 2k+1, not of the lane's own elements: the lanes' totals (and so their roundings in float and
+// fma) differ from a signed-level sum per lane although all eight add up to the same integer.
 float dot_q6_K_q8_K(const block_q6_K* x, const block_q8_K* y, int64_t nb) {
   float acc[kLanes] = {};
   for (int64_t i = 0; i < nb; ++i) {
     const float d = y[i].d * f16_to_f32(x[i].d);
+    const int8_t* sc = x[i].scales;
+    const int16_t* bs = y[i].bsums;
     for (int k = 0; k < kLanes; ++k) {
-      int32_t isum = 0;
-      for (int c = 0; c < 8; ++c)
+      int32_t pos = 0;
+      for (int c = 0; c < 8; ++c) {
+        int32_t part = 0;
         for (int b = 0; b < 4; ++b) {
           const int e = 32 * c + 4 * k + b;
-          isum += int32_t(x[i].scales[e / 16]) * q6k_level(x[i], e) * y[i].qs[e];
+          part += (q6k_level(x[i], e) + 32) * y[i].qs[e];
         }
-      acc[k] = std::fma(d, float(isum), acc[k]);
+        pos += int32_t(sc[2 * c + k / 4]) * part;
+      }
+      const int32_t offset = int32_t(sc[2 * k]) * bs[2 * k] + int32_t(sc[2 * k + 1]) * bs[2 * k + 1];
+      acc[k] = std::fma(d, float(pos - 32 * offset), acc[k]);
     }
   }
   return reduce_lanes(acc);
