@@ -18,6 +18,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus")
@@ -158,6 +159,9 @@ def main():
     cli = sys.argv[1]
     golden = sys.argv[2] if len(sys.argv) > 2 else os.path.join(HERE, "..", "tests", "data")
     shutil.rmtree(CORPUS, ignore_errors=True)
+    # The CLI's outputs are read back from a directory of this run's own, outside the corpus, so two
+    # runs never write one file; it is removed when the script ends, on an error too.
+    scratch = tempfile.TemporaryDirectory(prefix="lmhead-make-corpus-")
 
     def golden_bytes(name, limit=None):
         with open(os.path.join(golden, name), "rb") as f:
@@ -174,10 +178,8 @@ def main():
     write("model_fuzz", "golden-checkpoint-h256-cut48k.gguf", golden_bytes("tail-q5k-v4096-h256.gguf", 49152))
 
     # `lmhead make`: the project's own writer, every head type.
-    tmp = os.path.join(CORPUS, ".make")
-    os.makedirs(tmp)
     for ttype in ("q5_K", "q4_K", "q6_K", "q8_0", "f16", "bf16", "f32"):
-        out = os.path.join(tmp, ttype + ".gguf")
+        out = os.path.join(scratch.name, ttype + ".gguf")
         subprocess.run([cli, "make", out, "--vocab", "16", "--hidden", "256", "--type", ttype, "--quiet"],
                        check=True, stdout=subprocess.DEVNULL)
         with open(out, "rb") as f:
@@ -185,7 +187,6 @@ def main():
         write("model_fuzz", "make-%s-v16-h256.gguf" % ttype, data)
         if ttype in ("q5_K", "q8_0"):
             write("gguf_fuzz", "make-%s-v16-h256.gguf" % ttype, data)
-    shutil.rmtree(tmp)
 
     # Hand-made: shapes the other sources lack.
     write("gguf_fuzz", "every-value-and-tensor-type.gguf", every_value_type())
@@ -238,13 +239,12 @@ def main():
     write("hidden_input_fuzz", "spec-empty-tensor.txt", b"x.gguf:")
 
     # The CLI's own .npy writer: the normed stage of the 1-token golden input.
-    dump = os.path.join(CORPUS, ".dump")
+    dump = os.path.join(scratch.name, "dump")
     subprocess.run([cli, "run", os.path.join(golden, "tail-q5k-v4096-h256.gguf"), "--hidden",
                     os.path.join(golden, "tail-q5k-v4096-h256.vectors.gguf") + ":hidden", "--dump", dump, "--backend", "scalar"],
                    check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(dump, "normed.npy"), "rb") as f:
         write("npy_fuzz", "cli-dump-normed-h256.npy", f.read())
-    shutil.rmtree(dump)
 
     nan, inf = float("nan"), float("inf")
     for name, data in [

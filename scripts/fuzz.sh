@@ -12,7 +12,9 @@
 #
 # Each target starts from fuzz/corpus/<target>/ (golden files, `lmhead make` heads, hand-made
 # shapes: fuzz/make_corpus.py) and the hand-made hostile files of fuzz/seeds/. Crashing inputs are
-# written to build/fuzz/artifacts/; reproduce one with `build/fuzz/<target> FILE`.
+# written to build/fuzz/artifacts/ (named by their hash); reproduce one with
+# `build/fuzz/<target> FILE`. Logs, the CI corpus and coverage profiles live in a directory of this
+# run's own, removed at exit: a failing target's log tail is printed before that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
     --coverage) coverage=1 ;;
     --seconds) seconds="$2"; shift ;;
     --jobs) jobs="$2"; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1") ;;
   esac
@@ -41,9 +43,13 @@ fi
 
 build="${LMHEAD_FUZZ_BUILD_DIR:-build/fuzz}"
 
+# Two runs at once (CI jobs of one checkout, a campaign beside CI) must not write each other's files.
+scratch="$(mktemp -d "${TMPDIR:-/tmp}/lmhead-fuzz-XXXXXX")"
+trap 'rm -rf "$scratch"' EXIT
+
 # libFuzzer ships with clang's compiler-rt (Debian: libclang-rt-14-dev); install it when missing.
-probe="$(mktemp -d)"
-trap 'rm -rf "$probe"' EXIT
+probe="$scratch/probe"
+mkdir "$probe"
 printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' > "$probe/p.cpp"
 if ! clang++ -fsanitize=fuzzer,address,undefined "$probe/p.cpp" -o "$probe/p" 2>/dev/null; then
   echo "fuzz.sh: clang++ cannot link a libFuzzer target; installing clang and its runtime" >&2
@@ -59,8 +65,8 @@ if [ "$coverage" -eq 1 ]; then
   cmake --preset fuzz -B "$cov_build" \
     -DCMAKE_CXX_FLAGS="-fprofile-instr-generate -fcoverage-mapping -fsanitize=fuzzer-no-link ${LMHEAD_FUZZ_CXXFLAGS:-}" >/dev/null
   cmake --build "$cov_build" -j "$jobs" --target "${targets[@]}"
-  rm -rf "$cov_build/profiles"
-  mkdir -p "$cov_build/profiles"
+  profiles="$scratch/profiles"
+  mkdir "$profiles"
   objects=()
   for target in "${targets[@]}"; do
     dirs=()
@@ -68,12 +74,12 @@ if [ "$coverage" -eq 1 ]; then
              "$build/corpus/$target"; do
       [ -d "$d" ] && dirs+=("$d")
     done
-    LLVM_PROFILE_FILE="$cov_build/profiles/$target-%p.profraw" ASAN_OPTIONS=detect_leaks=0 \
+    LLVM_PROFILE_FILE="$profiles/$target-%p.profraw" ASAN_OPTIONS=detect_leaks=0 \
       "$cov_build/$target" -runs=0 "${dirs[@]}" >/dev/null 2>&1 || true
     objects+=(-object "$cov_build/$target")
   done
-  llvm-profdata merge -sparse "$cov_build"/profiles/*.profraw -o "$cov_build/fuzz.profdata"
-  llvm-cov report "${objects[@]:1}" -instr-profile="$cov_build/fuzz.profdata" src/gguf src/io src/model src/engine
+  llvm-profdata merge -sparse "$profiles"/*.profraw -o "$profiles/fuzz.profdata"
+  llvm-cov report "${objects[@]:1}" -instr-profile="$profiles/fuzz.profdata" src/gguf src/io src/model src/engine
   exit 0
 fi
 
@@ -86,7 +92,8 @@ cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
-mkdir -p "$build/artifacts" "$build/logs"
+logs="$scratch/logs"
+mkdir -p "$build/artifacts" "$logs"
 
 seed_dir() {
   case "$1" in
@@ -104,8 +111,7 @@ dict_for() {
 run_target() {
   local target="$1" corpus
   if [ "$ci" -eq 1 ]; then
-    corpus="$build/ci-corpus/$target"  # fresh each run: CI results do not depend on earlier runs
-    rm -rf "$corpus"
+    corpus="$scratch/ci-corpus/$target"  # fresh each run: CI results do not depend on earlier runs
   else
     corpus="$build/corpus/$target"
   fi
@@ -117,11 +123,11 @@ run_target() {
   "$build/$target" "$corpus" "${seeds[@]}" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=256 \
     -dict="$(dict_for "$target")" -artifact_prefix="$build/artifacts/$target-" -print_final_stats=1 \
-    > "$build/logs/$target.log" 2>&1
+    > "$logs/$target.log" 2>&1
 }
 
 summary() {
-  local target="$1" log="$build/logs/$1.log"
+  local target="$1" log="$logs/$1.log"
   local execs cov ft
   execs="$(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}' || true)"
   # The last status line: DONE after a clean run, the last progress line before a crash.
@@ -146,8 +152,8 @@ for target in "${targets[@]}"; do
   else
     summary "$target"
     failed+=("$target")
-    echo "---- $target FAILED: tail of $build/logs/$target.log" >&2
-    tail -n 40 "$build/logs/$target.log" >&2
+    echo "---- $target FAILED: tail of its log" >&2
+    tail -n 40 "$logs/$target.log" >&2
   fi
 done
 echo "fuzz.sh: done in $(( $(date +%s) - start )) s"

@@ -1,31 +1,20 @@
 // Outputs appear complete under their name or not at all: on success, on an exception, and when the
 // writing process is killed part way.
 #include <gtest/gtest.h>
-#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <fstream>
 
 #include "io/atomic_file.hpp"
 #include "lmhead/error.hpp"
+#include "test_util.hpp"
 
 namespace lmhead::io {
 namespace {
 
-std::string dir() { return ::testing::TempDir(); }
-
-std::vector<std::string> temporaries_of(const std::string& name) {
-  std::vector<std::string> out;
-  if (DIR* d = opendir(dir().c_str())) {
-    while (dirent* e = readdir(d))
-      if (std::string(e->d_name).rfind(name + ".tmp-", 0) == 0) out.push_back(e->d_name);
-    closedir(d);
-  }
-  return out;
-}
+using lmhead::testing::TempDir;
 
 std::string contents(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -35,8 +24,9 @@ std::string contents(const std::string& path) {
 bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 TEST(AtomicFile, CommitPublishesTheWholeFile) {
-  const std::string name = "lmhead-atomic-ok.bin";
-  const std::string path = dir() + "/" + name;
+  TempDir dir;
+  const std::string name = "ok.bin";
+  const std::string path = dir.file(name);
   {
     AtomicFile f(path);
     // The temporary sits beside the target and is named PATH.tmp-<pid>-<random>.
@@ -54,24 +44,25 @@ TEST(AtomicFile, CommitPublishesTheWholeFile) {
   std::string got = contents(path);
   ASSERT_EQ(got.size(), (3u << 20) + 8);
   EXPECT_EQ(got.substr(got.size() - 8), std::string(5, '\0') + "end");
-  EXPECT_TRUE(temporaries_of(name).empty());
-  std::remove(path.c_str());
+  EXPECT_TRUE(dir.entries(name + ".tmp-").empty());
 }
 
 TEST(AtomicFile, UncommittedIsRemoved) {
-  const std::string name = "lmhead-atomic-abandoned.bin";
-  const std::string path = dir() + "/" + name;
+  TempDir dir;
+  const std::string name = "abandoned.bin";
+  const std::string path = dir.file(name);
   {
     AtomicFile f(path);
     f.write("partial", 7);
   }
   EXPECT_FALSE(exists(path));
-  EXPECT_TRUE(temporaries_of(name).empty());
+  EXPECT_TRUE(dir.entries(name + ".tmp-").empty());
 }
 
 TEST(AtomicFile, ExceptionKeepsThePreviousFile) {
-  const std::string name = "lmhead-atomic-previous.bin";
-  const std::string path = dir() + "/" + name;
+  TempDir dir;
+  const std::string name = "previous.bin";
+  const std::string path = dir.file(name);
   write_file_atomically(path, [](AtomicFile& f) { f.write("version 1", 9); });
   EXPECT_EQ(contents(path), "version 1");
   EXPECT_THROW(write_file_atomically(path,
@@ -81,18 +72,19 @@ TEST(AtomicFile, ExceptionKeepsThePreviousFile) {
                                      }),
                Error);
   EXPECT_EQ(contents(path), "version 1");
-  EXPECT_TRUE(temporaries_of(name).empty());
+  EXPECT_TRUE(dir.entries(name + ".tmp-").empty());
   write_file_atomically(path, [](AtomicFile& f) { f.write("version 3", 9); });
   EXPECT_EQ(contents(path), "version 3");
-  std::remove(path.c_str());
 }
 
 TEST(AtomicFile, UnwritableLocationNamesThePath) {
+  TempDir dir;
+  const std::string unwritable = dir.file("no-such-dir/out.npy");
   try {
-    AtomicFile f("/nonexistent-lmhead-dir/out.npy");
+    AtomicFile f(unwritable);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent-lmhead-dir/out.npy"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(unwritable), std::string::npos) << e.what();
   }
   EXPECT_THROW(AtomicFile(""), Error);
 }
@@ -126,22 +118,21 @@ void kill_writer_midway(const std::string& path, int sig, bool install_cleanup) 
 }
 
 TEST(AtomicFile, KilledWriterLeavesNothingUnderTheFinalName) {
-  const std::string name = "lmhead-atomic-killed.bin";
-  const std::string path = dir() + "/" + name;
-  std::remove(path.c_str());
+  TempDir dir;
+  const std::string name = "killed.bin";
+  const std::string path = dir.file(name);
 
   kill_writer_midway(path, SIGTERM, true);
   EXPECT_FALSE(exists(path));
-  EXPECT_TRUE(temporaries_of(name).empty()) << "SIGTERM with cleanup installed leaves no temporary";
+  EXPECT_TRUE(dir.entries(name + ".tmp-").empty()) << "SIGTERM with cleanup installed leaves no temporary";
 
   kill_writer_midway(path, SIGINT, true);
   EXPECT_FALSE(exists(path));
-  EXPECT_TRUE(temporaries_of(name).empty());
+  EXPECT_TRUE(dir.entries(name + ".tmp-").empty());
 
   // SIGKILL cannot be caught: the temporary stays behind, but the final name is still absent.
   kill_writer_midway(path, SIGKILL, true);
   EXPECT_FALSE(exists(path));
-  for (const std::string& leftover : temporaries_of(name)) std::remove((dir() + "/" + leftover).c_str());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "gguf/gguf.hpp"
 #include "gguf_test_builder.hpp"
+#include "test_util.hpp"
 
 namespace lmhead::gguf {
 namespace {
@@ -18,6 +19,7 @@ using lmhead::testing::GgufBytes;
 using lmhead::testing::kF32;
 using lmhead::testing::kQ5_K;
 using lmhead::testing::kQ8_0;
+using lmhead::testing::TempDir;
 
 constexpr int64_t kHuge = int64_t(1) << 62;
 
@@ -388,7 +390,8 @@ TEST(GgufHostile, TruncationAnywhereInAGoldenFile) {
 }
 
 TEST(GgufHostile, ErrorsFromOpenNameThePath) {
-  const std::string path = ::testing::TempDir() + "/lmhead-hostile-version.gguf";
+  TempDir dir;
+  const std::string path = dir.file("version.gguf");
   GgufBytes g;
   g.header(0, 0, 2);
   {
@@ -401,7 +404,6 @@ TEST(GgufHostile, ErrorsFromOpenNameThePath) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind(path + ": obsolete GGUF version 2", 0), 0u) << e.what();
   }
-  std::remove(path.c_str());
 }
 
 TEST(GgufHostile, ScalarTensorWithZeroDimsIsOneElement) {

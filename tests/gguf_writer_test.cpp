@@ -1,19 +1,19 @@
 // The writer: exact bytes against a hand-built file, round trips through the reader, a byte-for-byte
 // rewrite of files ggml wrote, chunked fills with progress, and no file left behind on failure.
 #include <gtest/gtest.h>
-#include <dirent.h>
 
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include "gguf/gguf.hpp"
 #include "gguf_test_builder.hpp"
+#include "test_util.hpp"
 
 namespace lmhead::gguf {
 namespace {
 
 using lmhead::testing::GgufBytes;
+using lmhead::testing::TempDir;
 using lmhead::testing::kF32;
 
 std::vector<uint8_t> read_all(const std::string& path) {
@@ -22,19 +22,6 @@ std::vector<uint8_t> read_all(const std::string& path) {
 }
 
 bool exists(const std::string& path) { return std::ifstream(path).good(); }
-
-// Names in `dir` that start with `prefix` (temporaries are PATH.tmp-<pid>-<random>).
-std::vector<std::string> files_starting_with(const std::string& dir, const std::string& prefix) {
-  std::vector<std::string> out;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.push_back(e->d_name);
-    closedir(d);
-  }
-  return out;
-}
-
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/lmhead-writer-" + name; }
 
 std::vector<uint8_t> float_bytes(std::initializer_list<float> values) {
   std::vector<uint8_t> out(values.size() * 4);
@@ -52,10 +39,10 @@ TEST(GgufWriter, BytesMatchTheSpecLayoutBuiltByHand) {
   for (int i = 0; i < 4; ++i) { float v = 100.0f + i; std::memcpy(b.data() + 4 * i, &v, 4); }
   w.add_tensor("a", TensorType::F32, {8, 2}, a);
   w.add_tensor("b", TensorType::F32, {4, 1, 1}, b);  // trailing 1s dropped: stored as n_dims 1
-  const std::string path = temp_path("layout.gguf");
+  TempDir dir;
+  const std::string path = dir.file("layout.gguf");
   w.write(path);
   EXPECT_EQ(read_all(path), lmhead::testing::valid_gguf().bytes);
-  std::remove(path.c_str());
 }
 
 TEST(GgufWriter, RoundTripsEveryValueAndTensorType) {
@@ -83,7 +70,8 @@ TEST(GgufWriter, RoundTripsEveryValueAndTensorType) {
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 31 + k);
     w.add_tensor(specs[k].name, specs[k].type, specs[k].dims, bytes);
   }
-  const std::string path = temp_path("roundtrip.gguf");
+  TempDir dir;
+  const std::string path = dir.file("roundtrip.gguf");
   w.write(path);
   auto file = File::open(path);
   ASSERT_EQ(file->metadata().size(), 8u);
@@ -116,7 +104,6 @@ TEST(GgufWriter, RoundTripsEveryValueAndTensorType) {
     EXPECT_EQ(t.offset % 32, 0u);
     for (size_t i = 0; i < t.nbytes; ++i) ASSERT_EQ(t.data[i], static_cast<uint8_t>(i * 31 + k)) << t.name << " byte " << i;
   }
-  std::remove(path.c_str());
 }
 
 // Copies every key-value and tensor of a file ggml wrote through the Writer: the bytes must come out
@@ -146,7 +133,8 @@ void expect_identical_rewrite(const std::string& golden) {
       std::memcpy(dst, src + offset, nbytes);
     });
   }
-  const std::string path = temp_path("rewrite.gguf");
+  TempDir dir;
+  const std::string path = dir.file("rewrite.gguf");
   w.write(path);
   std::vector<uint8_t> ours = read_all(path);
   std::vector<uint8_t> theirs(in->bytes().begin(), in->bytes().end());
@@ -154,7 +142,6 @@ void expect_identical_rewrite(const std::string& golden) {
   size_t first_difference = 0;
   while (first_difference < ours.size() && ours[first_difference] == theirs[first_difference]) ++first_difference;
   EXPECT_EQ(first_difference, ours.size()) << golden << ": first differing byte";
-  std::remove(path.c_str());
 }
 
 TEST(GgufWriter, RewritesGoldenCheckpointByteForByte) {
@@ -189,7 +176,8 @@ TEST(GgufWriter, FillsWholeRowsInOrderAndReportsProgress) {
     ++calls;
   });
   std::vector<std::pair<uint64_t, uint64_t>> progress;
-  const std::string path = temp_path("chunks.gguf");
+  TempDir dir;
+  const std::string path = dir.file("chunks.gguf");
   w.write(path, [&](uint64_t done, uint64_t all) { progress.emplace_back(done, all); });
   EXPECT_EQ(expected_offset, total);
   EXPECT_GE(calls, 3);
@@ -212,7 +200,6 @@ TEST(GgufWriter, FillsWholeRowsInOrderAndReportsProgress) {
     std::memcpy(&v, big->data + 4 * i, 4);
     ASSERT_EQ(v, static_cast<float>(i % 1000003)) << i;
   }
-  std::remove(path.c_str());
 }
 
 TEST(GgufWriter, CustomAlignment) {
@@ -221,7 +208,8 @@ TEST(GgufWriter, CustomAlignment) {
   w.add_string("general.name", "x");
   w.add_tensor("a", TensorType::F32, {3}, float_bytes({1, 2, 3}));
   w.add_tensor("b", TensorType::F32, {5}, float_bytes({4, 5, 6, 7, 8}));
-  const std::string path = temp_path("align.gguf");
+  TempDir dir;
+  const std::string path = dir.file("align.gguf");
   w.write(path);
   auto file = File::open(path);
   EXPECT_EQ(file->alignment(), 64u);
@@ -230,7 +218,6 @@ TEST(GgufWriter, CustomAlignment) {
   EXPECT_EQ(file->data_offset() % 64, 0u);
   EXPECT_EQ(file->find_tensor("b")->offset, 64u);
   EXPECT_EQ(file->bytes().size() % 64, 0u);
-  std::remove(path.c_str());
 
   Writer bad;
   EXPECT_THROW(bad.set_alignment(0), Error);
@@ -261,15 +248,16 @@ TEST(GgufWriter, RefusesWhatTheReaderWouldRefuse) {
   EXPECT_THROW(w.add_tensor("overflow", TensorType::F32, {int64_t(1) << 61, 2}, Writer::Fill([](uint8_t*, uint64_t, uint64_t) {})), Error);
   EXPECT_THROW(w.add_tensor("unknown", static_cast<TensorType>(16), {256}, std::vector<uint8_t>(256)), Error);
   // None of the refused tensors was kept.
-  const std::string path = temp_path("refused.gguf");
+  TempDir dir;
+  const std::string path = dir.file("refused.gguf");
   w.write(path);
   EXPECT_EQ(File::open(path)->tensors().size(), 1u);
-  std::remove(path.c_str());
 }
 
 TEST(GgufWriter, FailedFillLeavesNoFileAndKeepsTheOldOne) {
-  const std::string name = "lmhead-writer-failing.gguf";
-  const std::string path = ::testing::TempDir() + "/" + name;
+  TempDir dir;
+  const std::string name = "failing.gguf";
+  const std::string path = dir.file(name);
   {
     std::ofstream old(path);
     old << "previous contents";
@@ -284,22 +272,23 @@ TEST(GgufWriter, FailedFillLeavesNoFileAndKeepsTheOldOne) {
   std::ifstream in(path);
   std::string contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(contents, "previous contents");
-  EXPECT_TRUE(files_starting_with(::testing::TempDir(), name + ".tmp-").empty());
-  std::remove(path.c_str());
+  EXPECT_TRUE(dir.entries(name + ".tmp-").empty());
 
-  const std::string fresh = temp_path("never-written.gguf");
+  const std::string fresh = dir.file("never-written.gguf");
   EXPECT_THROW(w.write(fresh), Error);
   EXPECT_FALSE(exists(fresh));
 }
 
 TEST(GgufWriter, UnwritableDirectoryIsAClearError) {
+  TempDir dir;
+  const std::string unwritable = dir.file("no-such-dir/out.gguf");
   Writer w;
   w.add_string("general.name", "x");
   try {
-    w.write("/nonexistent-lmhead-dir/out.gguf");
+    w.write(unwritable);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent-lmhead-dir/out.gguf"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(unwritable), std::string::npos) << e.what();
   }
 }
 

@@ -414,20 +414,19 @@ void interrupt_make(int sig) {
   Child make({cli(), "make", out, "--vocab", "200000", "--hidden", "4096"});
   bool writing = false;
   for (int i = 0; i < 3000 && !writing; ++i) {
-    for (const std::string& name : directory_entries(dir.path()))
-      if (name.rfind("big.gguf.tmp-", 0) == 0) writing = true;
+    writing = !dir.entries("big.gguf.tmp-").empty();
     if (!writing) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_TRUE(writing) << "lmhead make never created its temporary";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_TRUE(make.running()) << "lmhead make finished before it could be interrupted";
-  ASSERT_GT(std::filesystem::file_size(dir.file(directory_entries(dir.path()).at(0))), 0u) << "nothing written yet";
+  ASSERT_GT(std::filesystem::file_size(dir.file(dir.entries().at(0))), 0u) << "nothing written yet";
   make.signal(sig);
   const int status = make.wait();
   ASSERT_TRUE(WIFSIGNALED(status)) << "lmhead make exited with status " << WEXITSTATUS(status) << " instead of dying by signal " << sig;
   EXPECT_EQ(WTERMSIG(status), sig);
   EXPECT_FALSE(std::filesystem::exists(out)) << "a partial file was left under the final name";
-  const std::vector<std::string> left = directory_entries(dir.path());
+  const std::vector<std::string> left = dir.entries();
   if (sig == SIGKILL) {
     // SIGKILL cannot be caught: the temporary stays, under its own name only.
     for (const std::string& name : left) EXPECT_EQ(name.rfind("big.gguf.tmp-", 0), 0u) << name;

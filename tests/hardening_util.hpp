@@ -109,13 +109,6 @@ class Child {
   bool reaped_ = false;
 };
 
-// Names of the entries of `dir` (not recursive).
-inline std::vector<std::string> directory_entries(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  return names;
-}
-
 // Every result field a caller can see, in one comparable form: logits and floats as raw bits.
 inline std::vector<uint32_t> result_fingerprint(const RunResult& r) {
   std::vector<uint32_t> f;

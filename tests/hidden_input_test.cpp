@@ -9,9 +9,12 @@
 #include "gguf/gguf.hpp"
 #include "io/hidden_input.hpp"
 #include "lmhead/error.hpp"
+#include "test_util.hpp"
 
 namespace lmhead::io {
 namespace {
+
+using lmhead::testing::TempDir;
 
 const std::string kData = LMHEAD_TEST_DATA;
 
@@ -109,22 +112,21 @@ TEST(HiddenInput, MissingOrBrokenFile) {
   EXPECT_INPUT_REJECTED(kData + "/tail-q5k-v4096-h256.vectors.gguf.npy", 0, "cannot open");
 }
 
-std::string temp(const std::string& name) { return ::testing::TempDir() + "/lmhead-hidden-" + name; }
-
 TEST(HiddenInput, ThreeDimensionalTensorRefused) {
   gguf::Writer w;
   std::vector<uint8_t> bytes(2 * 3 * 4 * 4);
   w.add_tensor("cube", TensorType::F32, {4, 3, 2}, bytes);
-  const std::string path = temp("cube.gguf");
+  TempDir dir;
+  const std::string path = dir.file("cube.gguf");
   w.write(path);
   EXPECT_INPUT_REJECTED(path + ":cube", 0, "tensor has 3 dims [4, 3, 2, 1], expected ggml dims [H, T]");
-  std::remove(path.c_str());
 }
 
 TEST(HiddenInput, NonFiniteValuesNameTokenAndIndex) {
   std::vector<float> values(3 * 8, 0.5f);
   values[1 * 8 + 5] = std::numeric_limits<float>::quiet_NaN();
-  const std::string npy = temp("nan.npy");
+  TempDir dir;
+  const std::string npy = dir.file("nan.npy");
   write_npy_f32(npy, {3, 8}, values.data());
   EXPECT_INPUT_REJECTED(npy, 0, "nan.npy: hidden state of token 1, index 5 is NaN");
 
@@ -134,24 +136,22 @@ TEST(HiddenInput, NonFiniteValuesNameTokenAndIndex) {
   std::vector<uint8_t> bytes(values.size() * 4);
   std::memcpy(bytes.data(), values.data(), bytes.size());
   w.add_tensor("hidden", TensorType::F32, {8, 3}, bytes);
-  const std::string gguf_path = temp("inf.gguf");
+  const std::string gguf_path = dir.file("inf.gguf");
   w.write(gguf_path);
   EXPECT_INPUT_REJECTED(gguf_path + ":hidden", 0, "inf.gguf:hidden: hidden state of token 2, index 7 is -inf");
-  std::remove(npy.c_str());
-  std::remove(gguf_path.c_str());
 }
 
 TEST(HiddenInput, NpyPathAndHiddenSizeCheck) {
   std::vector<float> values(2 * 16);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
-  const std::string path = temp("ok.npy");
+  TempDir dir;
+  const std::string path = dir.file("ok.npy");
   write_npy_f32(path, {2, 16}, values.data());
   HiddenStates h = load_hidden(path, 16);
   EXPECT_EQ(h.tokens, 2);
   EXPECT_EQ(h.hidden, 16);
   EXPECT_EQ(h.values[31], 31.0f);
   EXPECT_INPUT_REJECTED(path, 512, "ok.npy: hidden size (last dim) is 16, the model's is 512");
-  std::remove(path.c_str());
 }
 
 TEST(HiddenInput, FromBytesForFuzzing) {

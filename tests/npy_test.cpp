@@ -7,9 +7,12 @@
 
 #include "io/npy.hpp"
 #include "lmhead/error.hpp"
+#include "test_util.hpp"
 
 namespace lmhead::io {
 namespace {
+
+using lmhead::testing::TempDir;
 
 // A .npy whose every part can lie: the dict text, the declared header length, the format version.
 std::vector<uint8_t> npy_bytes(const std::string& dict, const std::vector<uint8_t>& data, int major = 1,
@@ -190,7 +193,8 @@ TEST(Npy, WriterLayoutFollowsNumPy) {
 TEST(Npy, FileRoundTrip) {
   std::vector<float> values(3 * 4099);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * -0.5f + 1e-3f;
-  const std::string path = ::testing::TempDir() + "/lmhead-npy-roundtrip.npy";
+  TempDir dir;
+  const std::string path = dir.file("roundtrip.npy");
   write_npy_f32(path, {3, 4099}, values.data());
   HiddenStates back = read_npy_f32(path);
   EXPECT_EQ(back.tokens, 3);
@@ -200,23 +204,22 @@ TEST(Npy, FileRoundTrip) {
   back = read_npy_f32(path);
   EXPECT_EQ(back.tokens, 1);
   EXPECT_EQ(back.hidden, 4099);
-  std::remove(path.c_str());
 }
 
 TEST(Npy, FileErrorsNameThePath) {
-  const std::string path = ::testing::TempDir() + "/lmhead-npy-missing.npy";
+  TempDir dir;
+  const std::string path = dir.file("missing.npy");
   try {
     read_npy_f32(path);
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
-  const std::string empty = ::testing::TempDir() + "/lmhead-npy-empty.npy";
+  const std::string empty = dir.file("empty.npy");
   { std::ofstream out(empty); }
   EXPECT_THROW(read_npy_f32(empty), Error);
-  std::remove(empty.c_str());
   const float v = 1;
-  EXPECT_THROW(write_npy_f32("/nonexistent-lmhead-dir/x.npy", {1}, &v), Error);
+  EXPECT_THROW(write_npy_f32(dir.file("no-such-dir/x.npy"), {1}, &v), Error);
 }
 
 TEST(NpySeeds, EverySeedIsJudgedAsListed) {

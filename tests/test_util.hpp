@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -60,18 +62,41 @@ inline ::testing::AssertionResult same_bytes(const std::vector<float>& got, cons
                                        << want[first];
 }
 
-// A fresh directory under the system temp dir, removed with its contents at scope exit.
+// The one place a test writes files: a fresh directory under the system temp dir (TMPDIR), removed
+// with its contents at scope exit. ctest -j runs tests side by side, so any fixed name, even under
+// a temp dir, is a file two tests may write at once. The current test's name is part of the
+// directory's name only so that a leftover (a test killed before cleanup) says where it came from.
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "lmhead-test-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    std::string tmpl = (std::filesystem::temp_directory_path() / ("lmhead-" + current_test_name() + "-XXXXXX")).string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed for " + tmpl + ": " + std::strerror(errno));
     path_ = tmpl;
   }
   ~TempDir() { std::error_code ec; std::filesystem::remove_all(path_, ec); }
+  // A copy would remove the directory twice, the first time while the other still uses it.
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
   std::string file(const std::string& name) const { return path_ + "/" + name; }
   const std::string& path() const { return path_; }
+  // Names of the directory's entries (not recursive) that start with `prefix`.
+  std::vector<std::string> entries(const std::string& prefix = "") const {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(path_)) {
+      std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) == 0) names.push_back(std::move(name));
+    }
+    return names;
+  }
+
  private:
+  static std::string current_test_name() {
+    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = test ? std::string(test->test_suite_name()) + "." + test->name() : "no-test";
+    for (char& c : name)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_') c = '_';
+    return name;
+  }
   std::string path_;
 };
 
