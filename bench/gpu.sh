@@ -10,6 +10,9 @@ set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-/tmp/lmhead-gpu}
+# Scratch files (models, ids, profiles) of this run only, so two runs never share one.
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/lmhead-bench-XXXXXX")
+trap 'rm -rf "$SCRATCH"' EXIT
 mkdir -p "$OUT"
 BUILD=${1:-}
 # A carried build may come compressed (make it with:
@@ -38,12 +41,12 @@ if [ "${MODE:-full}" = "profile" ]; then
   for m in mma1 mma16 gen1; do
     k=q5k_; [ $m = gen1 ] && k=generic_head_kernel
     timeout 120 ncu --clock-control none -k regex:$k --launch-skip 5 --launch-count 1 --set full \
-      -o "/tmp/ncu_$m" -f "$BUILD/cuda_bench" --profile $m > /tmp/ncu_$m.log 2>&1
-    tail -3 /tmp/ncu_$m.log
-    ncu -i "/tmp/ncu_$m.ncu-rep" --page details >> "$OUT/ncu_details.txt" 2>&1
+      -o "$SCRATCH/ncu_$m" -f "$BUILD/cuda_bench" --profile $m > $SCRATCH/ncu_$m.log 2>&1
+    tail -3 $SCRATCH/ncu_$m.log
+    ncu -i "$SCRATCH/ncu_$m.ncu-rep" --page details >> "$OUT/ncu_details.txt" 2>&1
   done
-  ncu -i /tmp/ncu_mma1.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_src_mma1.csv" 2>&1
-  ncu -i /tmp/ncu_gen1.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_src_gen1.csv" 2>&1
+  ncu -i $SCRATCH/ncu_mma1.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_src_mma1.csv" 2>&1
+  ncu -i $SCRATCH/ncu_gen1.ncu-rep --page source --csv --print-source sass > "$OUT/ncu_src_gen1.csv" 2>&1
   grep -E "SM Frequency|DRAM Throughput|Duration|Issue Slots Busy|No Eligible|Registers Per|Achieved Occupancy|Memory Throughput" "$OUT/ncu_details.txt"
   timeout 200 "$BUILD/cuda_bench" --quick 2>&1 | tee "$OUT/bench.log"
   exit 0
@@ -119,8 +122,8 @@ kill $SMI_PID 2>/dev/null
 
 if [ -x "$BUILD/lmhead" ]; then
   step "CLI through the public Engine API: lmhead make + lmhead bench --backend cuda"
-  ( timeout 150 "$BUILD/lmhead" make /tmp/muse-q5k.gguf --quiet &&
-    timeout 120 "$BUILD/lmhead" bench /tmp/muse-q5k.gguf --backend cuda --repeat 200 ) 2>&1 | tee "$OUT/cli.log"
+  ( timeout 150 "$BUILD/lmhead" make $SCRATCH/muse-q5k.gguf --quiet &&
+    timeout 120 "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda --repeat 200 ) 2>&1 | tee "$OUT/cli.log"
 fi
 
 if [ "${PROFILE_AFTER:-0}" = "1" ]; then

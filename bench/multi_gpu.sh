@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${1:-build/nccl}
 OUT=${OUT:-/tmp/lmhead-multi-gpu}
+# Scratch files (models, ids, profiles) of this run only, so two runs never share one.
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/lmhead-bench-XXXXXX")
+trap 'rm -rf "$SCRATCH"' EXIT
 GPUS=${GPUS:-2}
 mkdir -p "$OUT"
 step() { echo; echo "==== $* ===="; }
@@ -44,26 +47,26 @@ else
 fi
 
 step "bench: lmhead bench --backend cuda --gpus $GPUS (Muse shape), one-GPU engine timed in the same run"
-M=/tmp/muse-q5k.gguf
+M=$SCRATCH/muse-q5k.gguf
 [ -f $M ] || timeout 200 "$BUILD/lmhead" make $M --quiet
 timeout 200 "$BUILD/lmhead" bench $M --backend cuda --gpus "$GPUS" --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 \
   --repeat ${REPEAT:-300} 2>&1 | tee "$OUT/bench.log"
 BENCH_RC=$?
 
 step "two processes over NCCL on the Muse shape (T=4, top-k 5, logprobs), against one process"
-python3 -c "import numpy as np; np.save('/tmp/h4.npy', np.random.default_rng(7).standard_normal((4, 6656)).astype(np.float32))"
-R="$BUILD/lmhead run $M --hidden /tmp/h4.npy --backend cuda --top-k 5 --logprobs --profile"
-rm -f /tmp/nccl.id
-( $R --nccl-ranks 2 --nccl-rank 1 --nccl-id /tmp/nccl.id > "$OUT/rank1.log" 2>&1 ) &
-$R --nccl-ranks 2 --nccl-rank 0 --nccl-id /tmp/nccl.id 2>&1 | tee "$OUT/rank0.log"
+python3 -c "import numpy as np; np.save('$SCRATCH/h4.npy', np.random.default_rng(7).standard_normal((4, 6656)).astype(np.float32))"
+R="$BUILD/lmhead run $M --hidden $SCRATCH/h4.npy --backend cuda --top-k 5 --logprobs --profile"
+rm -f $SCRATCH/nccl.id
+( $R --nccl-ranks 2 --nccl-rank 1 --nccl-id $SCRATCH/nccl.id > "$OUT/rank1.log" 2>&1 ) &
+$R --nccl-ranks 2 --nccl-rank 0 --nccl-id $SCRATCH/nccl.id 2>&1 | tee "$OUT/rank0.log"
 wait
 $R > "$OUT/one.log" 2>&1
-grep -E "^token|^ +[0-9]+\." "$OUT/one.log" > /tmp/a; grep -E "^token|^ +[0-9]+\." "$OUT/rank1.log" > /tmp/b
-cmp -s /tmp/a /tmp/b && echo "rank 1 and one process: same tokens, logits and logprobs" || echo "RANK OUTPUT DIFFERS"
+grep -E "^token|^ +[0-9]+\." "$OUT/one.log" > "$SCRATCH/a"; grep -E "^token|^ +[0-9]+\." "$OUT/rank1.log" > "$SCRATCH/b"
+cmp -s "$SCRATCH/a" "$SCRATCH/b" && echo "rank 1 and one process: same tokens, logits and logprobs" || echo "RANK OUTPUT DIFFERS"
 
 step "two processes over NCCL: lmhead bench --nccl-ranks 2 (both ranks in lockstep, same --repeat)"
-rm -f /tmp/nccl-bench.id
-B="$BUILD/lmhead bench $M --backend cuda --tokens 1,4,16 --repeat 300 --nccl-ranks 2 --nccl-id /tmp/nccl-bench.id"
+rm -f $SCRATCH/nccl-bench.id
+B="$BUILD/lmhead bench $M --backend cuda --tokens 1,4,16 --repeat 300 --nccl-ranks 2 --nccl-id $SCRATCH/nccl-bench.id"
 ( timeout 120 $B --nccl-rank 1 > "$OUT/rank1_bench.log" 2>&1 ) &
 timeout 120 $B --nccl-rank 0 2>&1 | grep -v uploading | tee "$OUT/rank0_bench.log"
 wait
