@@ -47,11 +47,22 @@ class Engine(_Engine):
         try:
             return self._run(hidden, top_k, logprobs, logits, activations, softcap, input)
         except InputError:
-            if getattr(hidden, "requires_grad", False):  # DLPack refuses tensors that need grad
-                return self.run(hidden.detach(), top_k, logprobs, logits, activations, softcap, input)
-            if self.backend.startswith("cuda") and _on_cuda(hidden):
-                return self._run(_to_host(hidden), top_k, logprobs, logits, activations, softcap, input)
-            raise
+            moved = _readable_copy(hidden, self.backend)
+            if moved is None:
+                raise
+        return self.run(moved, top_k, logprobs, logits, activations, softcap, input)
+
+
+def _readable_copy(hidden, backend):
+    """What to run instead of `hidden` after the module could not read it, or None (re-raise)."""
+    if getattr(hidden, "requires_grad", False):  # DLPack refuses tensors that need grad
+        return hidden.detach()
+    if _on_cuda(hidden):
+        if not backend.startswith("cuda"):
+            raise InputError(f"hidden is on a CUDA device; the {backend} backend reads host memory: "
+                             "move it with .cpu() or make the engine with backend='cuda'") from None
+        return _to_host(hidden)
+    return None
 
 
 def _to_host(x):
