@@ -12,8 +12,11 @@ if(LMHEAD_SHARED)
   target_link_libraries(lmhead_shared PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,lmhead_core>")
   target_include_directories(lmhead_shared PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
                                                   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
-  target_link_options(lmhead_shared PRIVATE "LINKER:--version-script=${CMAKE_CURRENT_LIST_DIR}/lmhead.map"
-                                            "LINKER:--no-undefined")
+  target_link_options(lmhead_shared PRIVATE "LINKER:--version-script=${CMAKE_CURRENT_LIST_DIR}/lmhead.map")
+  if(NOT LMHEAD_SANITIZE AND NOT LMHEAD_FUZZ)
+    # Every symbol resolved at link time; sanitizer runtimes are the program's, so not there.
+    target_link_options(lmhead_shared PRIVATE "LINKER:--no-undefined")
+  endif()
   set_target_properties(lmhead_shared PROPERTIES
     OUTPUT_NAME lmhead EXPORT_NAME lmhead
     VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR}
@@ -108,5 +111,8 @@ endif()
 if(LMHEAD_HAVE_NCCL)
   string(APPEND LMHEAD_PC_LIBS_PRIVATE " ${NCCL_LIBRARY}")
 endif()
+# Relocatable: the prefix is found from the .pc file's own place, so `cmake --install --prefix`
+# anywhere (or a copied tree) gives a file that points at itself.
+file(RELATIVE_PATH LMHEAD_PC_TO_PREFIX "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/lmhead.pc.in ${CMAKE_CURRENT_BINARY_DIR}/lmhead.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/lmhead.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)

@@ -43,7 +43,7 @@ $leaked"
 # ---- 2. consumers --------------------------------------------------------------------------------
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 cc -std=c99 -Wall -Wextra -Wpedantic -Werror tests/consumer/c/main.c -o "$work/c_pkgconfig" \
-  $(pkg-config --cflags --libs lmhead) -Wl,-rpath,"$(pkg-config --variable=libdir lmhead)"
+  $(pkg-config --cflags --libs lmhead) -Wl,-rpath,"$(realpath "$(pkg-config --variable=libdir lmhead)")"
 ldd "$work/c_pkgconfig" | grep -q "liblmhead.so.* => $libdir" || fail "the pkg-config build is not linked to the installed liblmhead.so"
 c_out="$("$work/c_pkgconfig" "$model" 3)" || fail "the C program (pkg-config) failed"
 
