@@ -64,7 +64,7 @@ if [ "${LMHEAD_PACKAGE_WHEEL:-1}" != "0" ]; then
   whl="$(ls "$work"/wheel/lmhead-*.whl)"
   "$py" -m pip install --no-deps --target "$work/site" "$whl" -q
   # Run from a directory where the source tree's python/ is not importable: the wheel is tested.
-  (cd "$work" && PYTHONPATH="$work/site" LMHEAD_TEST_DATA="$OLDPWD/tests/data" \
+  (cd "$work" && PYTHONPATH="$work/site" LMHEAD_TEST_DATA="$OLDPWD/tests/data" LMHEAD_CLI="$prefix/bin/lmhead" \
     "$py" -m pytest -q -p no:cacheprovider "$OLDPWD/tests/python/api") || fail "pytest against the installed wheel"
   (cd "$work" && PYTHONPATH="$work/site" "$py" -c "import lmhead, sys; sys.exit(not lmhead.__file__.startswith('$work/site'))") ||
     fail "the tests did not import the wheel's lmhead"
