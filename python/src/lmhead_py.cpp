@@ -5,9 +5,12 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -284,6 +287,26 @@ NB_MODULE(_lmhead, m) {
            },
            "model"_a, "backend"_a = "cpu", "threads"_a = 0, "gpus"_a = 1, "shards"_a = 0)
       .def_prop_ro("backend", [](const PyEngine& s) { return s.engine->backend_name(); })
+      .def("_engine_call_times",
+           [](PyEngine& s, nb::ndarray<const float, nb::c_contig, nb::device::cpu> h, int runs) {
+             // The C++ call alone, timed in this process: what bench/python_overhead.py subtracts
+             // from the Python call's time to give the binding's overhead.
+             const int64_t H = s.model->config().hidden;
+             if (runs <= 0 || h.size() == 0 || static_cast<int64_t>(h.size()) % H != 0)
+               bad_input("_engine_call_times needs runs > 0 and a C-contiguous float32 [T, H]");
+             const int T = static_cast<int>(static_cast<int64_t>(h.size()) / H);
+             std::vector<double> us;
+             nb::gil_scoped_release unlocked;
+             for (int i = 0; i < runs; ++i) {
+               const auto t0 = std::chrono::steady_clock::now();
+               lmhead::RunResult r = s.engine->run({h.data(), h.size()}, T);
+               const auto t1 = std::chrono::steady_clock::now();
+               us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+             }
+             std::sort(us.begin(), us.end());
+             return std::make_pair(us.front(), us[us.size() / 2]);
+           },
+           "hidden"_a, "runs"_a)
       .def("_run", &run, "hidden"_a, "top_k"_a = 0, "logprobs"_a = false, "logits"_a = false,
            "activations"_a = "q8", "softcap"_a = "nodes", "input"_a = "hidden");
 

@@ -282,3 +282,10 @@ def test_threads_calling_one_engine(engine, model):
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_engine_call_timer_for_the_overhead_bench(engine, model):
+    lo, mid = engine._engine_call_times(hidden_states(1, model.hidden), 5)
+    assert 0 < lo <= mid
+    with pytest.raises(ValueError, match="runs > 0"):
+        engine._engine_call_times(hidden_states(1, model.hidden), 0)
