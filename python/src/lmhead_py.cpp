@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
@@ -217,10 +218,10 @@ NB_MODULE(_lmhead, m) {
 
   nb::class_<PyModel>(m, "Model")
       .def("__init__",
-           [](PyModel* self, const std::string& path, const std::vector<std::string>& overrides) {
+           [](PyModel* self, const std::filesystem::path& path, const std::vector<std::string>& overrides) {
              lmhead::ModelOptions mo;
              for (const std::string& o : overrides) mo.overrides.push_back(lmhead::MetadataOverride::parse(o));
-             auto model = lmhead::Model::open(path, mo);
+             auto model = lmhead::Model::open(path.string(), mo);
              new (self) PyModel{std::move(model)};
            },
            "path"_a, "overrides"_a = std::vector<std::string>{},

@@ -72,6 +72,7 @@ def test_model_properties(model, data_dir):
     assert (model.vocab, model.hidden, model.head_type) == (4096, 256, "q5_K")
     assert model.architecture == "muse-glimmer"
     assert model.path == str(data_dir / SMALL)
+    assert lmhead.Model(data_dir / SMALL).vocab == model.vocab  # any os.PathLike
     rule = model.rule
     assert rule["architecture"] == "muse-glimmer" and rule["final_norm"] == "rmsnorm"
     assert rule["softcap"] == model.softcap and rule["logit_scale"] == model.logit_scale
