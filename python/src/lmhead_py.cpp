@@ -266,6 +266,18 @@ NB_MODULE(_lmhead, m) {
              return nb::bytes(t.data(), t.size());
            },
            "id"_a, "The token's text as stored (b'' when the file has no token table).")
+      .def("token",
+           [](const PyModel& s, int64_t id) {
+             if (id < 0 || id >= s.model->config().vocab)
+               bad_input("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                         std::to_string(s.model->config().vocab) + ")");
+             // Byte-level vocabularies split characters over tokens: undecodable bytes become U+FFFD.
+             const std::string_view t = s.model->token_text(id);
+             PyObject* u = PyUnicode_DecodeUTF8(t.data(), static_cast<Py_ssize_t>(t.size()), "replace");
+             if (!u) throw nb::python_error();
+             return nb::steal<nb::str>(u);
+           },
+           "id"_a, "The token's text as a str (invalid UTF-8 replaced).")
       .def("__repr__", [](const PyModel& s) {
         const lmhead::HeadConfig& c = s.model->config();
         return "lmhead.Model('" + s.model->path() + "', " + c.architecture + ", vocab=" + std::to_string(c.vocab) +

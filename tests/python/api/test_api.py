@@ -82,6 +82,9 @@ def test_model_properties(model, data_dir):
     assert all(isinstance(t, bytes) for t in texts) and len(set(texts)) > model.vocab // 2
     with pytest.raises(ValueError, match="outside the vocabulary"):
         model.token_bytes(model.vocab)
+    assert [model.token(i) for i in range(50)] == [t.decode("utf-8", "replace") for t in texts[:50]]
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.token(-1)
 
 
 def test_override_changes_the_rule_and_the_logits(data_dir, model):
