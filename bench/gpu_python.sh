@@ -16,7 +16,7 @@ site="$OUT/py-site"
 "$PY" -c "import nanobind, scikit_build_core, pytest, numpy" ||
   { echo "gpu_python.sh: $PY lacks nanobind, scikit-build-core, pytest or numpy" >&2; exit 2; }
 rm -rf "$site"
-CMAKE_ARGS="${CMAKE_ARGS:-}" "$PY" -m pip install --no-deps --no-build-isolation --target "$site" . 2>&1 | tail -5
+CMAKE_ARGS="${CMAKE_ARGS:--DLMHEAD_CUDA=ON}" "$PY" -m pip install --no-deps --no-build-isolation --target "$site" . 2>&1 | tail -5
 PYTHONPATH="$site" "$PY" -c "import lmhead, sys; print('lmhead', lmhead.__version__, 'cuda', lmhead.has_cuda); sys.exit(not lmhead.has_cuda)"
 cli_arg=()
 [ -x "$CLI" ] && cli_arg=(--cli "$CLI") && export LMHEAD_CLI="$PWD/$CLI"
