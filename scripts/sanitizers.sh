@@ -4,7 +4,8 @@
 #      suite, the CLI tests included (they run the ASan-built `lmhead`);
 #   2. the `tsan` preset (ThreadSanitizer) runs the tests that use threads: the shared-model
 #      concurrency suite, determinism across thread counts, the CPU backend and its thread pool,
-#      sharded heads, and the golden tail through the threaded engine and CLI.
+#      sharded heads, the golden tail through the threaded engine and CLI, and the C API (one engine
+#      from many threads, the per-thread last error).
 # Any sanitizer report fails the job: ASan aborts, UBSan halts on the first finding, TSan halts.
 #
 #   scripts/sanitizers.sh [asan|tsan]...      (default: both)
@@ -43,7 +44,7 @@ for preset in "${which[@]}"; do
     tsan)
       configure_and_build tsan
       export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
-      ctest --test-dir "$root/tsan" -R '^(Concurrency|Determinism|CpuBackend|CpuThreadPool|GoldenTail|Shard[A-Za-z]*)\.' -E "$exclude" \
+      ctest --test-dir "$root/tsan" -R '^(Concurrency|Determinism|CpuBackend|CpuThreadPool|GoldenTail|Shard[A-Za-z]*|CApi)\.' -E "$exclude" \
         -j "$jobs" --output-on-failure --timeout 900
       ;;
     *) echo "sanitizers.sh: unknown job '$preset' (asan, tsan)" >&2; exit 2 ;;

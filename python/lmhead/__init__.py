@@ -1,0 +1,77 @@
+"""lmhead from Python: the last stage of an LLM decoder step on a GGUF checkpoint's head.
+
+    import lmhead
+    model = lmhead.Model("muse.gguf")
+    engine = lmhead.Engine(model, backend="cpu", threads=0)
+    out = engine.run(hidden, top_k=5, logprobs=True)     # hidden: float32 [H] or [T, H]
+    out.tokens, out.top_k_ids, out.top_k_values, out.logprobs, out.ties
+
+Failures raise lmhead.Error with the engine's message; the caller's bad values (shape, dtype,
+device, a NaN, an option out of range) raise lmhead.InputError, which is also a ValueError.
+"""
+from ._lmhead import Error, InputError, Model, RunOutput, __version__, has_cuda
+from ._lmhead import Engine as _Engine
+
+__all__ = ["Error", "InputError", "Model", "Engine", "RunOutput", "__version__", "has_cuda"]
+
+_CUDA_DLPACK_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+def _on_cuda(x):
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is None:
+        return False
+    try:
+        return int(dev()[0]) in _CUDA_DLPACK_DEVICES
+    except Exception:
+        return False
+
+
+class Engine(_Engine):
+    """Engine(model, backend="cpu", threads=0, gpus=1, shards=0)
+
+    backend: "scalar" (the reference), "cpu" (the best CPU kernels) or "cuda". One engine may be
+    called from any number of threads; calls run one at a time (the GIL is released meanwhile).
+    """
+
+    def run(self, hidden, top_k=0, logprobs=False, logits=False, activations="q8", softcap="nodes",
+            input="hidden"):
+        """Runs float32 hidden states [H] or [T, H] through the head; returns a RunOutput.
+
+        activations: "q8" (llama.cpp's route, default) or "f32"; softcap: "nodes" (byte-exact,
+        default) or "fused"; input: "hidden" (before the final norm) or "normed" (after it).
+        Host arrays are read in place when C-contiguous. A CUDA tensor given to the cuda backend is
+        copied to the host first, ordered on the current stream (the engine has no device-pointer
+        entry yet); given to another backend it is refused.
+        """
+        try:
+            return self._run(hidden, top_k, logprobs, logits, activations, softcap, input)
+        except InputError:
+            moved = _readable_copy(hidden, self.backend)
+            if moved is None:
+                raise
+        return self.run(moved, top_k, logprobs, logits, activations, softcap, input)
+
+
+def _readable_copy(hidden, backend):
+    """What to run instead of `hidden` after the module could not read it, or None (re-raise)."""
+    if getattr(hidden, "requires_grad", False):  # DLPack refuses tensors that need grad
+        return hidden.detach()
+    if _on_cuda(hidden):
+        if not backend.startswith("cuda"):
+            raise InputError(f"hidden is on a CUDA device; the {backend} backend reads host memory: "
+                             "move it with .cpu() or make the engine with backend='cuda'") from None
+        return _to_host(hidden)
+    return None
+
+
+def _to_host(x):
+    # torch: .cpu() waits for the current stream's work on the tensor; CuPy: .get() likewise.
+    for method in ("cpu", "get"):
+        f = getattr(x, method, None)
+        if callable(f):
+            host = f()
+            detach = getattr(host, "detach", None)
+            return host.detach() if callable(detach) else host
+    raise InputError("hidden is a CUDA array without .cpu() or .get(): copy it to the host to run it "
+                     "(the cuda backend does not read device memory from Python yet)")
