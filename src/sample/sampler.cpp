@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -84,23 +85,31 @@ struct Cut {
 };
 
 // Round 2 of a range: the weights exp(z - max) of its kept ids summed per 512-id chunk, and for
-// top-p its kept candidates (sorted lazily, best first, as the merge asks for more).
+// top-p a count of its kept ids per weight bucket and the weights themselves (kept for round 3).
+constexpr int kBuckets = 64 * 32;  // 64 per octave of m - z from 2^-20 to 2^12; the ends clamp
+
+// Bucket by the distance below the maximum, d = m - z >= 0: a larger d never gets a smaller bucket,
+// so every id of a higher bucket ranks after every id of a lower one (no property of exp needed).
+int bucket_of(double d) {
+  uint64_t bits, base_bits;
+  const double base = 0x1p-20;
+  std::memcpy(&bits, &d, 8);
+  std::memcpy(&base_bits, &base, 8);
+  if (bits <= base_bits) return 0;
+  const uint64_t b = (bits - base_bits) >> 46;
+  return b >= uint64_t(kBuckets) ? kBuckets - 1 : int(b);
+}
+
 struct Round2 {
   std::vector<double> chunk_sums;  // chunks [first_chunk, first_chunk + size)
   int64_t first_chunk = 0;
-  std::vector<Cand> cands;
-  size_t sorted = 0, next = 0, batch = 64;
+  std::vector<int64_t> buckets;    // top-p: kept ids per bucket of m - z
+  std::vector<double> lightest;    // top-p: the smallest weight in each bucket
+  std::vector<double> w;           // top-p: each id's weight, -1 when not kept
+  std::vector<Cand> cands;         // top-p, round 3: candidates that can be in the prefix, rank order
+  size_t next = 0;
 
-  const Cand* head() {
-    if (next == sorted && sorted < cands.size()) {
-      const size_t left = cands.size() - sorted;
-      const size_t n = batch * 2 >= left ? left : batch;
-      std::partial_sort(cands.begin() + sorted, cands.begin() + sorted + n, cands.end(), ranks_before);
-      sorted += n;
-      batch *= 2;
-    }
-    return next < sorted ? &cands[next] : nullptr;
-  }
+  const Cand* head() const { return next < cands.size() ? &cands[next] : nullptr; }
 };
 
 template <class F>
@@ -149,14 +158,59 @@ Plan plan(const float* logits, const SamplingOptions& o, const std::vector<std::
     Round2& part = p.parts[r];
     part.first_chunk = bounds[r] / kChunk;
     part.chunk_sums.assign(size_t((bounds[r + 1] + kChunk - 1) / kChunk - part.first_chunk), 0.0);
+    if (collect) {
+      part.buckets.assign(kBuckets, 0);
+      part.lightest.assign(kBuckets, std::numeric_limits<double>::infinity());
+      part.w.assign(size_t(bounds[r + 1] - bounds[r]), -1.0);
+    }
     each_kept(walk, p.cut, bounds[r], bounds[r + 1], [&](const Cand& c) {
       part.chunk_sums[size_t(c.id / kChunk - part.first_chunk)] += c.w;
-      if (collect) part.cands.push_back(c);
+      if (collect) {
+        const size_t b = size_t(bucket_of(p.cut.max - c.z));
+        ++part.buckets[b];
+        part.lightest[b] = std::min(part.lightest[b], c.w);
+        part.w[size_t(c.id - bounds[r])] = c.w;
+      }
     });
   }
   // What travels: one double per 512-id chunk; added in id order.
   for (const Round2& part : p.parts)
     for (double s : part.chunk_sums) p.total += s;
+  if (!collect) return p;
+  // Top-p only needs the ids that can be in the prefix. The ids of buckets 0..b weigh at least
+  // the sum over those buckets of count * lightest weight; once that reaches top_p * total (with
+  // room for the rounding of the additions), every id of a later bucket ranks after all of them,
+  // has that much mass before it, and is out. What
+  // travels: a count and a minimum per bucket (exact to merge), so the bound is the same for
+  // every split.
+  std::vector<int64_t> counts(kBuckets, 0);
+  std::vector<double> lightest(kBuckets, std::numeric_limits<double>::infinity());
+  for (const Round2& part : p.parts)
+    for (int b = 0; b < kBuckets; ++b) {
+      counts[size_t(b)] += part.buckets[size_t(b)];
+      lightest[size_t(b)] = std::min(lightest[size_t(b)], part.lightest[size_t(b)]);
+    }
+  const double target = double(o.top_p) * p.total;
+  int last_bucket = kBuckets - 1;
+  double at_least = 0;
+  for (int b = 0; b < kBuckets; ++b) {
+    if (counts[size_t(b)] == 0) continue;
+    at_least += double(counts[size_t(b)]) * lightest[size_t(b)];
+    if (at_least * (1.0 - 0x1p-20) >= target) { last_bucket = b; break; }
+  }
+  // Round 3: each range sends its candidates from buckets 0..last_bucket in rank order.
+  for (size_t r = 0; r < n; ++r) {
+    Round2& part = p.parts[r];
+    walk.each(bounds[r], bounds[r + 1], [&](int32_t id, double v) {
+      const double w = part.w[size_t(id - bounds[r])];
+      if (w < 0) return;
+      const double z = walk.z(v);
+      if (bucket_of(p.cut.max - z) <= last_bucket) part.cands.push_back(Cand{z, id, w});
+    });
+    std::sort(part.cands.begin(), part.cands.end(), ranks_before);
+    part.w.clear();
+    part.w.shrink_to_fit();
+  }
   return p;
 }
 
@@ -333,13 +387,14 @@ Weights kept_weights(const float* logits, int64_t V, const SamplingOptions& o, c
     return out;
   }
   const bool top_p = o.top_p < 1;
-  Plan p = plan(logits, o, bias, mask, whole, true);
+  Plan p = plan(logits, o, bias, mask, whole, top_p);
   if (top_p) {
     std::vector<double> cumulative;
     for (const Cand& c : top_p_prefix(p, double(o.top_p), cumulative)) out.weight[size_t(c.id)] = c.w;
     out.total = cumulative.back();
   } else {
-    for (const Cand& c : p.parts[0].cands) out.weight[size_t(c.id)] = c.w;
+    const Walker walk(logits, o, bias, mask);
+    each_kept(walk, p.cut, 0, V, [&](const Cand& c) { out.weight[size_t(c.id)] = c.w; });
     out.total = p.total;
   }
   return out;
