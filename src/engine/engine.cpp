@@ -185,7 +185,8 @@ VerifyResult Engine::verify(std::span<const float> hidden, std::span<const int32
                 std::to_string(hidden.size()) + " values = " + std::to_string(double(hidden.size()) / double(c.hidden)) +
                 " rows of " + std::to_string(c.hidden));
   RunOptions o = options;
-  o.want_logits = true;
+  // Only the rejection rule reads the logits (p of every id); otherwise the rows' own draws decide.
+  o.want_logits = options.want_logits || !draft_probs.empty();
   VerifyResult v;
   v.run = run(hidden, rows, o);
   std::vector<int32_t> drawn;
