@@ -77,7 +77,7 @@ stress_and_rounds() {
     echo "round $r: $(printf '%s\n' $tests | wc -l) tests, $n failed ($((SECONDS - t0)) s)" | tee -a "$OUT/rounds.log"
     [ -n "$failed" ] && printf '%s\n' "$failed" | tee -a "$OUT/rounds.log"
   done
-  for tool in racecheck synccheck; do
+  for tool in ${STRESS_SANITIZERS-racecheck synccheck}; do
     step "compute-sanitizer $tool on the stress test (a short run)"
     LMHEAD_STRESS_CALLS=40 LMHEAD_STRESS_THREADS=4 LMHEAD_STRESS_TOKENS=1,9 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
       "$BUILD/lmhead_tests" --gtest_filter='CudaStress.ManyBackendsManyThreadsGiveTheScalarBytes' 2>&1 | tail -6 | tee "$OUT/stress-$tool.log"

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "lmhead/error.hpp"
@@ -150,6 +151,23 @@ struct EngineOptions {
   std::string nccl_id_file{};
 };
 
+// Choosing the token by seeded sampling (numerics.md §9), applied to the capped logits in vLLM's
+// order: bias and mask, temperature, min-p, top-k, top-p. The defaults choose the argmax. The
+// draw is a pure function of (logits, options, seed, position): no backend, thread count, shard
+// count or split of the tokens over calls can change it.
+struct SamplingOptions {
+  float temperature = 0;  // 0: greedy (largest biased logit among the allowed ids, lowest id on ties)
+  int top_k = 0;          // keep the k most likely ids; 0: off
+  float top_p = 1;        // keep the most likely ids until their mass reaches top_p, in (0, 1]; 1: off
+  float min_p = 0;        // keep ids with p >= min_p * p_max, in [0, 1]; 0: off
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to an id's capped logit (once per id)
+  // Allowed ids as a bitmask, the layout grammar engines produce: bit (id % 32) of word id / 32,
+  // ceil(V / 32) words for every token, or tokens x that for one mask per token. Empty: all allowed.
+  std::vector<uint32_t> allowed;
+  uint64_t seed = 0;
+  int64_t position = 0;   // the first token's position; token t of the call draws at position + t
+};
+
 struct RunOptions {
   InputKind input = InputKind::hidden;
   ActivationRoute activations = ActivationRoute::q8;
@@ -158,6 +176,7 @@ struct RunOptions {
   bool logprobs = false;     // log_softmax for the argmax and the top-k
   bool want_logits = false;  // return the capped logits [T, V]
   bool want_stages = false;  // return every intermediate stage (for --dump)
+  SamplingOptions sampling{};  // TokenChoice::sampled; the defaults make it the argmax
   bool stage_times = false;  // time each stage apart (CUDA: event nodes between the stages, a few
                              // microseconds per call); otherwise RunResult::times holds one total
 };
@@ -170,6 +189,7 @@ struct Candidate {
 
 struct TokenChoice {
   int32_t argmax = 0;
+  int32_t sampled = 0;               // the token RunOptions::sampling chose (the argmax by default)
   float value = 0;
   float logprob = 0;                 // only when RunOptions::logprobs
   int64_t tie_count = 1;             // how many ids share the maximum value
@@ -198,6 +218,15 @@ struct RunResult {
   std::string backend;               // name of the backend that ran
 };
 
+// Speculative verification (Engine::verify): how many draft tokens the target accepts and the token
+// that follows them.
+struct VerifyResult {
+  int accepted = 0;       // draft tokens accepted, 0..drafts
+  int32_t next = -1;      // the target's token after them (a correction, or the bonus token)
+  std::vector<int32_t> target;  // the target's own choice at each position checked (accepted + 1)
+  RunResult run;          // the run over all drafts + 1 rows (argmax, top-k, ... per row)
+};
+
 class Backend;
 
 class Engine {
@@ -212,6 +241,15 @@ class Engine {
   // engine run one at a time (a backend owns per-call buffers), so concurrent streams of work take
   // one engine each.
   RunResult run(std::span<const float> hidden, int tokens, const RunOptions& options = {});
+  // Speculative verification: hidden holds drafts + 1 rows, row j the state after draft token j - 1
+  // (row 0 the state before the first draft), at positions sampling.position + j. Temperature 0:
+  // a draft token is accepted while it equals that row's greedy choice. Temperature > 0 without
+  // draft_probs: accepted while it equals the token run() would sample there. With draft_probs
+  // (drafts x V probabilities of the draft model): accepted with probability min(1, p/q); on a
+  // rejection `next` is drawn from max(0, p - q) normalized; the output distribution is the
+  // target's (numerics.md §9). After every draft is accepted, `next` is the last row's token.
+  VerifyResult verify(std::span<const float> hidden, std::span<const int32_t> draft, const RunOptions& options = {},
+                      std::span<const float> draft_probs = {});
   std::string backend_name() const;
   const Model& model() const { return *model_; }
 

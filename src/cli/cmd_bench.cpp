@@ -18,6 +18,8 @@ struct BenchArgs {
   int repeat = 0;  // 0: as many as fit in about a second, at least 5
   bool json = false;
   RouteArgs route;
+  SampleArgs sample;
+  bool verify = false;  // time Engine::verify of T - 1 drafts (all accepted) instead of run
   ModelArgs model_args;
   BackendOptions backend;
 };
@@ -42,7 +44,11 @@ std::vector<int> parse_token_list(const std::string& list) {
 
 int bench(const BenchArgs& a) {
   const std::vector<int> token_counts = parse_token_list(a.tokens);
-  const RunOptions route = a.route.options();
+  RunOptions route = a.route.options();
+  route.sampling = a.sample.options();
+  // Sampling and verification are timed next to the argmax-only call in the same run, so their
+  // cost is a ratio of like with like.
+  const bool compare = a.sample.active() || a.verify;
   auto model = Model::open(a.model, a.model_args.options());
   const HeadConfig& c = model->config();
   const EngineOptions eo = a.backend.engine_options();
@@ -77,15 +83,26 @@ int bench(const BenchArgs& a) {
     single.shards = 0;
     one_gpu = std::make_unique<Engine>(model, single);
   }
-  auto time_runs = [&](Engine& e, const std::vector<float>& hidden, int T, RunResult& last) {
+  auto time_runs = [&](Engine& e, const std::vector<float>& hidden, int T, RunResult& last, bool plain = false) {
     RunOptions ro = route;
     ro.top_k = static_cast<int>(std::min<int64_t>(ro.top_k, c.vocab));
-    last = e.run(hidden, T, ro);  // warm-up: pages in the mapping, fills caches
+    if (plain) ro.sampling = {};
+    const bool verifying = a.verify && !plain;
+    std::vector<int32_t> draft;
+    auto call = [&]() {
+      if (!verifying) { last = e.run(hidden, T, ro); return; }
+      last = e.verify(hidden, draft, ro).run;
+    };
+    if (verifying) {  // drafts the target accepts: the whole verification runs
+      const RunResult r = e.run(hidden, T, ro);
+      for (int t = 0; t + 1 < T; ++t) draft.push_back(r.choices[size_t(t)].sampled);
+    }
+    call();  // warm-up: pages in the mapping, fills caches
     std::vector<double> ms;
     const auto bench_start = std::chrono::steady_clock::now();
     while (true) {
       const auto t0 = std::chrono::steady_clock::now();
-      last = e.run(hidden, T, ro);
+      call();
       const auto t1 = std::chrono::steady_clock::now();
       ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       const double elapsed = std::chrono::duration<double>(t1 - bench_start).count();
@@ -105,6 +122,12 @@ int bench(const BenchArgs& a) {
     RunResult last;
     const std::vector<double> ms = time_runs(engine, hidden, T, last);
     const double median = ms[ms.size() / 2], lo = ms.front(), hi = ms.back();
+    double plain_median = 0;
+    if (compare) {
+      RunResult plain_last;
+      const std::vector<double> plain_ms = time_runs(engine, hidden, T, plain_last, true);
+      plain_median = plain_ms[plain_ms.size() / 2];
+    }
     const double gbps = double(c.head_bytes) / (median * 1e-3) / 1e9;
     const double ratio = gbps / ceiling;
     nlohmann::json stages = nlohmann::json::object();
@@ -113,6 +136,13 @@ int bench(const BenchArgs& a) {
                     {"softcap", a.route.softcap}, {"top_k", a.route.top_k}, {"logprobs", a.route.logprobs}, {"backend", engine.backend_name()}, {"median_ms", median},
                     {"min_ms", lo}, {"max_ms", hi}, {"runs", ms.size()}, {"bytes", c.head_bytes}, {"gbps", gbps},
                     {"ceiling_gbps", ceiling}, {"ratio", ratio}, {"stages_ms", stages}});
+    if (compare) {
+      rows.back()["sampling"] = {{"temperature", route.sampling.temperature}, {"top_k", route.sampling.top_k},
+                                 {"top_p", route.sampling.top_p}, {"min_p", route.sampling.min_p},
+                                 {"verify", a.verify}};
+      rows.back()["argmax_only_median_ms"] = plain_median;
+      rows.back()["cost_vs_argmax_only"] = median / plain_median;
+    }
     double one_median = 0, exchange_ms = 0;
     if (one_gpu) {
       RunResult one_last;
@@ -130,6 +160,9 @@ int bench(const BenchArgs& a) {
     if (!a.json) {
       std::printf("ratio %.3f | T=%-2d threads=%d | median %8.3f ms (min %.3f, max %.3f, %zu runs) | %s B | %7.2f GB/s | ceiling %.2f GB/s\n",
                   ratio, T, threads, median, lo, hi, ms.size(), with_commas(c.head_bytes).c_str(), gbps, ceiling);
+      if (compare)
+        std::printf("          %s: %.3f ms vs argmax-only %.3f ms in the same run: x%.4f\n",
+                    a.verify ? "verification of T-1 drafts" : "sampling", median, plain_median, median / plain_median);
       std::printf("          stages (one profiled run):");
       for (const StageTime& s : last.times) std::printf("  %s %.3f ms", s.label.c_str(), s.ms);
       std::printf("\n");
@@ -155,6 +188,8 @@ Action register_bench(CLI::App& app) {
   cmd->add_option("--repeat", a->repeat, "timed runs per count (0: about one second, at least 5)")->check(CLI::Range(0, 100000));
   cmd->add_flag("--json", a->json, "print one JSON object");
   add_route_options(*cmd, a->route);
+  add_sample_options(*cmd, a->sample);
+  cmd->add_flag("--verify", a->verify, "time speculative verification of T - 1 drafts (all accepted) against the plain call");
   add_model_options(*cmd, a->model_args);
   add_backend_options(*cmd, a->backend);
   return [a]() { return bench(*a); };

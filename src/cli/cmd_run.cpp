@@ -18,6 +18,7 @@ struct RunArgs {
   std::string model, hidden, out, dump;
   bool json = false, profile = false;
   RouteArgs route;
+  SampleArgs sample;
   ModelArgs model_args;
   BackendOptions backend;
 };
@@ -63,6 +64,7 @@ int run(const RunArgs& a) {
   opts.want_logits = !a.out.empty();
   opts.want_stages = !a.dump.empty();
   opts.stage_times = a.profile;
+  opts.sampling = a.sample.options();
 
   auto model = Model::open(a.model, a.model_args.options());
   const HeadConfig& c = model->config();
@@ -89,7 +91,8 @@ int run(const RunArgs& a) {
     for (int t = 0; t < r.tokens; ++t) {
       const TokenChoice& ch = r.choices[t];
       nlohmann::json tok = {{"token", t}, {"argmax", ch.argmax}, {"text", std::string(model->token_text(ch.argmax))},
-                            {"logit", ch.value}};
+                            {"logit", ch.value}, {"sampled", ch.sampled},
+                            {"position", opts.sampling.position + t}};
       if (a.route.logprobs) tok["logprob"] = ch.logprob;
       tok["ties"] = {{"count", ch.tie_count}, {"ids", ch.tied_ids}, {"decided_token", ch.tie_count > 1}};
       nlohmann::json top = nlohmann::json::array();
@@ -117,6 +120,9 @@ int run(const RunArgs& a) {
     std::printf("token %d: argmax %d \"%s\" logit %.9g", t, ch.argmax,
                 printable(model->token_text(ch.argmax)).c_str(), ch.value);
     if (a.route.logprobs) std::printf(" logprob %.6f", ch.logprob);
+    if (a.sample.active())
+      std::printf(" | sampled %d \"%s\" at position %lld", ch.sampled, printable(model->token_text(ch.sampled)).c_str(),
+                  static_cast<long long>(opts.sampling.position + t));
     std::printf("\n");
     if (ch.tie_count > 1) {
       std::printf("  tie decided the token: %lld ids share the maximum %.9g, lowest id wins:",
@@ -148,6 +154,7 @@ Action register_run(CLI::App& app) {
   cmd->add_option("--hidden", a->hidden, "INPUT: a .npy (f32 [H] or [T, H]) or FILE.gguf:TENSOR (F32, ggml dims [H, T])")->required();
   a->route.top_k = 5;
   add_route_options(*cmd, a->route);
+  add_sample_options(*cmd, a->sample);
   add_model_options(*cmd, a->model_args);
   cmd->add_option("--out", a->out, "write the capped logits as f32 .npy [T, V]");
   cmd->add_option("--dump", a->dump, "write every stage as DIR/<stage>.npy");

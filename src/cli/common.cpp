@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -82,6 +83,69 @@ void add_route_options(CLI::App& cmd, RouteArgs& o) {
       ->check(CLI::IsMember({"nodes", "fused"}))->capture_default_str();
   cmd.add_option("--top-k", o.top_k, "candidates per token (0: argmax only)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd.add_flag("--logprobs", o.logprobs, "log_softmax of the argmax and the top-k");
+}
+
+bool SampleArgs::active() const {
+  return temperature != 0 || top_p != 1 || min_p != 0 || top_k != 0 || !logit_bias.empty() || !allowed_mask.empty();
+}
+
+SamplingOptions SampleArgs::options() const {
+  SamplingOptions s;
+  s.temperature = temperature;
+  s.top_k = top_k;
+  s.top_p = top_p;
+  s.min_p = min_p;
+  s.seed = seed;
+  s.position = position;
+  size_t start = 0;
+  while (start < logit_bias.size()) {
+    size_t end = logit_bias.find(',', start);
+    if (end == std::string::npos) end = logit_bias.size();
+    const std::string item = logit_bias.substr(start, end - start);
+    const size_t eq = item.find('=');
+    try {
+      if (eq == std::string::npos) throw std::invalid_argument(item);
+      size_t used_id = 0, used_value = 0;
+      const long long id = std::stoll(item.substr(0, eq), &used_id);
+      const float value = std::stof(item.substr(eq + 1), &used_value);
+      if (used_id != eq || used_value != item.size() - eq - 1 || id < INT32_MIN || id > INT32_MAX)
+        throw std::invalid_argument(item);
+      s.logit_bias.emplace_back(int32_t(id), value);
+    } catch (const std::exception&) {
+      throw Error("--logit-bias takes ID=VALUE,... (e.g. 13=-100,42=2.5), got '" + item + "'");
+    }
+    start = end + 1;
+  }
+  if (!allowed_mask.empty()) {
+    FILE* f = std::fopen(allowed_mask.c_str(), "rb");
+    if (f == nullptr) throw Error("cannot open the allowed-token mask '" + allowed_mask + "': " + std::strerror(errno));
+    std::vector<uint8_t> bytes;
+    uint8_t buf[65536];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) bytes.insert(bytes.end(), buf, buf + n);
+    std::fclose(f);
+    if (bytes.size() % 4 != 0)
+      throw Error("allowed-token mask '" + allowed_mask + "' has " + std::to_string(bytes.size()) +
+                  " bytes, not a whole number of little-endian 32-bit words");
+    s.allowed.resize(bytes.size() / 4);
+    for (size_t i = 0; i < s.allowed.size(); ++i)
+      s.allowed[i] = uint32_t(bytes[4 * i]) | uint32_t(bytes[4 * i + 1]) << 8 | uint32_t(bytes[4 * i + 2]) << 16 |
+                     uint32_t(bytes[4 * i + 3]) << 24;
+  }
+  return s;
+}
+
+void add_sample_options(CLI::App& cmd, SampleArgs& o) {
+  cmd.add_option("--temperature", o.temperature, "sampling temperature (0: greedy; numerics.md §9)")->capture_default_str();
+  cmd.add_option("--sample-top-k", o.top_k, "sample among the k most likely ids (0: off; not the reported --top-k)");
+  cmd.add_option("--top-p", o.top_p, "sample among the most likely ids until their mass reaches P, in (0, 1]");
+  cmd.add_option("--min-p", o.min_p, "sample among ids with p >= MIN_P * p_max, in [0, 1]");
+  cmd.add_option("--logit-bias", o.logit_bias, "ID=VALUE,...: added to those ids' capped logits before sampling");
+  cmd.add_option("--allowed-mask", o.allowed_mask,
+                 "FILE: allowed ids as a bitmask of little-endian 32-bit words, bit (id % 32) of word id / 32 "
+                 "(a grammar engine's int32 bitmask written raw, e.g. numpy's tofile); ceil(V/32) words for "
+                 "every token or T x that");
+  cmd.add_option("--seed", o.seed, "random stream key (the draw depends only on seed and position)");
+  cmd.add_option("--position", o.position, "the first token's position (token t draws at P + t)");
 }
 
 void add_backend_options(CLI::App& cmd, BackendOptions& o) {

@@ -18,6 +18,7 @@ Action register_run(CLI::App& app);
 Action register_make(CLI::App& app);
 Action register_bench(CLI::App& app);
 Action register_demo(CLI::App& app);
+Action register_verify(CLI::App& app);
 
 using lmhead::with_commas;
 // A single-line progress bar on stderr, redrawn at most every 1 % (and only once when not a TTY).
@@ -60,6 +61,19 @@ struct RouteArgs {
   RunOptions options() const;
 };
 void add_route_options(CLI::App& cmd, RouteArgs& o);
+
+// Seeded sampling options (run, verify, bench): --temperature, --sample-top-k, --top-p, --min-p,
+// --logit-bias ID=VALUE,..., --allowed-mask FILE, --seed, --position.
+struct SampleArgs {
+  float temperature = 0, top_p = 1, min_p = 0;
+  int top_k = 0;
+  std::string logit_bias, allowed_mask;
+  uint64_t seed = 0;
+  int64_t position = 0;
+  bool active() const;  // anything but the greedy defaults
+  SamplingOptions options() const;  // throws Error naming a malformed bias or an unreadable mask file
+};
+void add_sample_options(CLI::App& cmd, SampleArgs& o);
 
 // Deterministic hidden states for demos and benchmarks: Gaussian-like values from a fixed seed.
 std::vector<float> synthetic_hidden(int64_t tokens, int64_t hidden, uint64_t seed);

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add(lmhead::cli::register_run);
   add(lmhead::cli::register_make);
   add(lmhead::cli::register_bench);
+  add(lmhead::cli::register_verify);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,8 @@
 #include "backend/input_check.hpp"
 #include "backend/sharding.hpp"
 #include "model/resources.hpp"
+#include "sample/sampler.hpp"
+#include "sample/verify.hpp"
 #include "lmhead/lmhead.hpp"
 
 namespace lmhead {
@@ -109,6 +111,10 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
                 "use the cpu or scalar backend");
   if (options.top_k < 0 || options.top_k > c.vocab)
     throw Error("top-k must be between 0 and the vocabulary size " + std::to_string(c.vocab));
+  sample::validate(options.sampling, c.vocab, tokens);
+  // Sampling reads the capped logits on the host with the sampler's own code (numerics.md §9),
+  // so every backend and every split draws the same token; greedy without bias or mask is the argmax.
+  const bool sample_from_logits = sample::needs_logits(options.sampling);
   // One pass through a backend that checks while it copies (it names the same token and index);
   // otherwise every value is checked here, before any pass runs.
   if (tokens > kMaxTokensPerPass || !backend_->checks_finite_input())
@@ -121,7 +127,7 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
   req.softcap = options.softcap;
   req.top_k = options.top_k;
   req.logprobs = options.logprobs;
-  req.want_logits = options.want_logits;
+  req.want_logits = options.want_logits || sample_from_logits;
   req.want_stages = options.want_stages;
   req.want_stage_times = options.stage_times;
 
@@ -141,6 +147,13 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
       choice.tie_count = s.tie_count;
       if (s.tie_count > 1) choice.tied_ids = s.tied_ids;
       choice.top = s.top;
+      choice.sampled = s.argmax;
+      if (sample_from_logits) {
+        const int global = first + t;
+        choice.sampled = sample::sample_token(out.logits.data() + size_t(t) * size_t(c.vocab), c.vocab,
+                                              options.sampling, sample::mask_row(options.sampling, c.vocab, global),
+                                              options.sampling.position + global);
+      }
       if (options.logprobs) {
         const double se = out.sum_exp.at(t);
         choice.logprob = select::logprob(s.max, s.max, se);
@@ -160,6 +173,31 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
     add_times(result.times, out.times);
   }
   return result;
+}
+
+VerifyResult Engine::verify(std::span<const float> hidden, std::span<const int32_t> draft, const RunOptions& options,
+                            std::span<const float> draft_probs) {
+  const HeadConfig& c = model_->config();
+  const int rows = int(draft.size()) + 1;
+  if (hidden.size() != size_t(rows) * size_t(c.hidden))
+    throw Error("verification of " + std::to_string(draft.size()) + " draft tokens needs " + std::to_string(rows) +
+                " hidden rows (one per draft token plus one for the token after them), got " +
+                std::to_string(hidden.size()) + " values = " + std::to_string(double(hidden.size()) / double(c.hidden)) +
+                " rows of " + std::to_string(c.hidden));
+  RunOptions o = options;
+  // Only the rejection rule reads the logits (p of every id); otherwise the rows' own draws decide.
+  o.want_logits = options.want_logits || !draft_probs.empty();
+  VerifyResult v;
+  v.run = run(hidden, rows, o);
+  std::vector<int32_t> drawn;
+  for (const TokenChoice& ch : v.run.choices) drawn.push_back(ch.sampled);
+  const sample::Verdict verdict =
+      sample::verify(v.run.logits.data(), c.vocab, draft, options.sampling, draft_probs, drawn);
+  v.accepted = verdict.accepted;
+  v.next = verdict.next;
+  v.target = verdict.target;
+  if (!options.want_logits) v.run.logits.clear();
+  return v;
 }
 
 }  // namespace lmhead

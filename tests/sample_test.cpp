@@ -1,0 +1,656 @@
+// Seeded sampling and speculative verification (issue 16, numerics.md §9): the counter RNG and the
+// portable exp, the sampler's distribution against the exact one (chi-square), the kept sets, the
+// same token for every split of the vocabulary, backend, shard count and call split, and the
+// rejection rule's output distribution.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "hardening_util.hpp"
+#include "lmhead/lmhead.hpp"
+#include <nlohmann/json.hpp>
+
+#include "io/npy.hpp"
+#include "sample/exp.hpp"
+#include "sample/philox.hpp"
+#include "sample/sampler.hpp"
+#include "sample/verify.hpp"
+#include "backend/backend.hpp"
+
+namespace {
+
+using namespace lmhead;
+using namespace lmhead::testing;
+
+// ---- the counter RNG and the portable exp -------------------------------------------------------
+
+TEST(SamplePhilox, KnownAnswersOfTheReferenceImplementation) {
+  // Random123's kat_vectors for philox4x32_10.
+  struct Kat { uint32_t ctr[4], key[2], out[4]; };
+  const Kat kats[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+      {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu},
+       {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+      {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u},
+       {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
+  };
+  for (const Kat& k : kats) {
+    const sample::Philox4 r = sample::philox4x32_10({{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]}}, k.key[0], k.key[1]);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(r.v[i], k.out[i]) << "word " << i;
+  }
+}
+
+TEST(SamplePhilox, UniformsAreInsideTheOpenIntervalAndStreamsDiffer) {
+  double lo = 1, hi = 0, sum = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const double u = sample::uniform(42, i, sample::Stream::draw);
+    lo = std::min(lo, u);
+    hi = std::max(hi, u);
+    sum += u;
+    ASSERT_NE(u, sample::uniform(42, i, sample::Stream::accept));
+  }
+  EXPECT_GT(lo, 0.0);
+  EXPECT_LT(hi, 1.0);
+  EXPECT_NEAR(sum / n, 0.5, 4 * std::sqrt(1.0 / 12 / n));  // mean within 4 standard errors
+  EXPECT_NE(sample::uniform(1, 0, sample::Stream::draw), sample::uniform(2, 0, sample::Stream::draw));
+  EXPECT_NE(sample::uniform(1, int64_t(1) << 32, sample::Stream::draw), sample::uniform(1, 0, sample::Stream::draw));
+}
+
+int64_t double_ulps(double a, double b) {
+  int64_t ia, ib;
+  std::memcpy(&ia, &a, 8);
+  std::memcpy(&ib, &b, 8);
+  if (ia < 0) ia = INT64_MIN - ia;
+  if (ib < 0) ib = INT64_MIN - ib;
+  return ia > ib ? ia - ib : ib - ia;
+}
+
+// Every float the sampler can hand exp (z - max is a double, but z and max come from floats; the
+// sweep covers every float value, the whole float range of every sign and the special values).
+TEST(SampleExp, WithinOneUlpOfTheCLibraryOnEveryFloat) {
+  const int workers = 2;
+  std::vector<int64_t> worst(workers, 0), differ(workers, 0);
+  std::vector<uint32_t> worst_bits(workers, 0);
+  std::vector<std::thread> pool;
+  for (int w = 0; w < workers; ++w)
+    pool.emplace_back([&, w] {
+      for (uint64_t b = uint64_t(w); b < (uint64_t(1) << 32); b += workers) {
+        float f;
+        const uint32_t bits = uint32_t(b);
+        std::memcpy(&f, &bits, 4);
+        const double x = f;
+        const double got = sample::exp(x), want = std::exp(x);
+        if (std::isnan(want)) {
+          if (!std::isnan(got)) { worst[w] = INT64_MAX; worst_bits[w] = bits; }
+          continue;
+        }
+        if (got == want) continue;
+        ++differ[w];
+        const int64_t d = double_ulps(got, want);
+        if (d > worst[w]) { worst[w] = d; worst_bits[w] = bits; }
+      }
+    });
+  for (auto& t : pool) t.join();
+  const int64_t max_ulps = *std::max_element(worst.begin(), worst.end());
+  const int64_t n_differ = std::accumulate(differ.begin(), differ.end(), int64_t(0));
+  std::printf("[ info ] sample::exp vs the C library's exp on all 2^32 floats: %lld differ, max %lld ulp\n",
+              (long long)n_differ, (long long)max_ulps);
+  EXPECT_LE(max_ulps, 1) << "worst input bits 0x" << std::hex
+                         << worst_bits[std::max_element(worst.begin(), worst.end()) - worst.begin()];
+}
+
+TEST(SampleExp, EdgesAndMonotoneNearZero) {
+  EXPECT_EQ(sample::exp(0.0), 1.0);
+  EXPECT_EQ(sample::exp(-1000.0), 0.0);
+  EXPECT_TRUE(std::isinf(sample::exp(1000.0)));
+  EXPECT_TRUE(std::isnan(sample::exp(NAN)));
+  EXPECT_EQ(sample::exp(-INFINITY), 0.0);
+  double prev = 0;
+  for (double x = -50; x <= 0; x += 1.0 / 1024) {
+    const double e = sample::exp(x);
+    ASSERT_GE(e, prev) << x;
+    prev = e;
+  }
+}
+
+// ---- the sampler against the exact distribution -------------------------------------------------
+
+// A token's logits over 1,300 ids (three 512-id chunks, the last partial): a few strong ids, a
+// broad body and a tail, with ties, as capped logits look.
+std::vector<float> test_logits(int64_t V = 1300) {
+  std::vector<float> x(static_cast<size_t>(V));
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> n(0.0, 1.5);
+  for (auto& v : x) v = float(n(rng));
+  x[3] = 6.0f;
+  x[700] = 5.5f;
+  x[1299] = 5.5f;  // a tie with 700
+  x[515] = 4.0f;
+  return x;
+}
+
+// The exact distribution of numerics.md §9 in long double, written independently of the sampler:
+// sort, filter, normalize.
+std::vector<double> exact_distribution(const std::vector<float>& x, const SamplingOptions& o, const uint32_t* mask) {
+  const int64_t V = int64_t(x.size());
+  struct E { long double z; int32_t id; };
+  std::vector<E> all;
+  for (int64_t i = 0; i < V; ++i) {
+    if (mask != nullptr && !((mask[i / 32] >> (i % 32)) & 1)) continue;
+    long double v = x[size_t(i)];
+    for (auto [id, b] : o.logit_bias)
+      if (id == i) v += b;
+    all.push_back({v / o.temperature, int32_t(i)});
+  }
+  std::sort(all.begin(), all.end(), [](const E& a, const E& b) { return a.z != b.z ? a.z > b.z : a.id < b.id; });
+  const long double m = all[0].z;
+  std::vector<E> kept;
+  for (const E& e : all)
+    if (std::exp(e.z - m) >= (long double)o.min_p) kept.push_back(e);
+  if (o.top_k > 0 && int64_t(kept.size()) > o.top_k) kept.resize(size_t(o.top_k));
+  long double s = 0;
+  for (const E& e : kept) s += std::exp(e.z - m);
+  if (o.top_p < 1) {
+    long double c = 0;
+    size_t j = 0;
+    for (; j < kept.size(); ++j) {
+      c += std::exp(kept[j].z - m);
+      if (c >= o.top_p * s) break;
+    }
+    // The cut must not sit on a rounding knife edge, or the test would test rounding.
+    EXPECT_GT(std::fabs(c / s - (long double)o.top_p), 1e-9L);
+    kept.resize(std::min(kept.size(), j + 1));
+    s = c;
+  }
+  std::vector<double> p(static_cast<size_t>(V), 0.0);
+  for (const E& e : kept) p[size_t(e.id)] = double(std::exp(e.z - m) / s);
+  return p;
+}
+
+// Pearson's chi-square of counts against p, bins with an expected count below 5 pooled; returns
+// the statistic and the degrees of freedom.
+std::pair<double, int> chi_square(const std::vector<int64_t>& counts, const std::vector<double>& p, int64_t n) {
+  double stat = 0, pooled_e = 0, pooled_o = 0;
+  int bins = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == 0) continue;
+    const double e = p[i] * double(n);
+    if (e < 5) { pooled_e += e; pooled_o += double(counts[i]); continue; }
+    stat += (double(counts[i]) - e) * (double(counts[i]) - e) / e;
+    ++bins;
+  }
+  if (pooled_e > 0) { stat += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e; ++bins; }
+  return {stat, bins - 1};
+}
+
+// The chi-square quantile at significance 1e-6 (z = 4.753) by Wilson and Hilferty's cube-root
+// approximation. The draws are deterministic (fixed seeds), so a pass is a pass forever; the
+// level is chosen so that a correct sampler passes for any seed with overwhelming probability,
+// and the power check below shows a slightly wrong distribution still fails.
+double chi_square_limit(int df) {
+  const double z = 4.753, a = 2.0 / (9.0 * df);
+  return df * std::pow(1 - a + z * std::sqrt(a), 3);
+}
+
+struct Tally {
+  std::vector<int64_t> counts;
+  int64_t n = 0;
+};
+
+Tally draw_many(const std::vector<float>& x, const SamplingOptions& o, const uint32_t* mask, int64_t n) {
+  Tally t;
+  t.counts.assign(x.size(), 0);
+  t.n = n;
+  for (int64_t pos = 0; pos < n; ++pos) ++t.counts[size_t(sample::sample_token(x.data(), int64_t(x.size()), o, mask, pos))];
+  return t;
+}
+
+void expect_distribution(const Tally& t, const std::vector<double>& p, const char* what) {
+  for (size_t i = 0; i < p.size(); ++i)
+    if (p[i] == 0) { ASSERT_EQ(t.counts[i], 0) << what << ": id " << i << " is outside the kept set but was drawn"; }
+  const auto [stat, df] = chi_square(t.counts, p, t.n);
+  std::printf("[ info ] %s: chi-square %.1f with %d degrees of freedom (limit %.1f at 1e-6)\n", what, stat, df,
+              chi_square_limit(std::max(df, 1)));
+  ASSERT_GE(df, 1) << what;
+  EXPECT_LT(stat, chi_square_limit(df)) << what;
+}
+
+struct Config { const char* name; SamplingOptions o; };
+
+std::vector<Config> configs() {
+  auto make = [](float t, int k, float p, float min_p) {
+    SamplingOptions o;
+    o.temperature = t;
+    o.top_k = k;
+    o.top_p = p;
+    o.min_p = min_p;
+    o.seed = 1234;
+    return o;
+  };
+  return {
+      {"temperature 1", make(1.0f, 0, 1, 0)},
+      {"temperature 0.7", make(0.7f, 0, 1, 0)},
+      {"temperature 2.5", make(2.5f, 0, 1, 0)},
+      {"top-k 20", make(1.0f, 20, 1, 0)},
+      {"top-p 0.9", make(1.0f, 0, 0.9f, 0)},
+      {"top-p 0.5 at T 1.5", make(1.5f, 0, 0.5f, 0)},
+      {"min-p 0.05", make(1.0f, 0, 1, 0.05f)},
+      {"top-k 50, top-p 0.8, min-p 0.02, T 0.8", make(0.8f, 50, 0.8f, 0.02f)},
+  };
+}
+
+TEST(SampleDistribution, ChiSquareAgainstTheExactDistribution) {
+  const std::vector<float> x = test_logits();
+  for (const Config& c : configs()) {
+    const Tally t = draw_many(x, c.o, nullptr, 60000);
+    expect_distribution(t, exact_distribution(x, c.o, nullptr), c.name);
+  }
+}
+
+TEST(SampleDistribution, BiasAndMaskWithTopP) {
+  const std::vector<float> x = test_logits();
+  SamplingOptions o;
+  o.temperature = 1.2f;
+  o.top_p = 0.95f;
+  o.seed = 99;
+  o.logit_bias = {{3, -100.0f}, {40, 6.5f}, {1200, 3.0f}};
+  std::vector<uint32_t> mask((x.size() + 31) / 32, 0xffffffffu);
+  for (int id : {700, 1299, 515, 5, 6, 7}) mask[size_t(id / 32)] &= ~(1u << (id % 32));
+  const Tally t = draw_many(x, o, mask.data(), 60000);
+  const std::vector<double> p = exact_distribution(x, o, mask.data());
+  for (int id : {700, 1299, 515, 5, 6, 7, 3}) EXPECT_EQ(t.counts[size_t(id)], 0) << id;
+  EXPECT_GT(t.counts[40], 0);
+  expect_distribution(t, p, "bias + mask + top-p 0.95, T 1.2");
+}
+
+// The chi-square test has power: the same draws fail against a neighbouring distribution.
+TEST(SampleDistribution, ChiSquareRejectsAWrongTemperature) {
+  const std::vector<float> x = test_logits();
+  SamplingOptions o = configs()[0].o;
+  const Tally t = draw_many(x, o, nullptr, 60000);
+  SamplingOptions wrong = o;
+  wrong.temperature = 1.1f;
+  const auto [stat, df] = chi_square(t.counts, exact_distribution(x, wrong, nullptr), t.n);
+  std::printf("[ info ] draws at T 1 against T 1.1: chi-square %.1f with %d degrees of freedom\n", stat, df);
+  EXPECT_GT(stat, chi_square_limit(df));
+}
+
+TEST(SampleKeptSet, TopKTopPMinPNeverDrawOutside) {
+  const std::vector<float> x = test_logits();
+  for (const Config& c : configs()) {
+    const std::vector<double> p = exact_distribution(x, c.o, nullptr);
+    const Tally t = draw_many(x, c.o, nullptr, 5000);
+    for (size_t i = 0; i < p.size(); ++i)
+      if (p[i] == 0) { ASSERT_EQ(t.counts[i], 0) << c.name << " drew id " << i; }
+    // The kept set the verifier sees is the exact one.
+    const sample::Weights w = sample::kept_weights(x.data(), int64_t(x.size()), c.o, nullptr);
+    for (size_t i = 0; i < p.size(); ++i) {
+      ASSERT_EQ(w.weight[i] > 0, p[i] > 0) << c.name << " id " << i;
+      if (p[i] > 0) { EXPECT_NEAR(w.weight[i] / w.total, p[i], 1e-12) << c.name << " id " << i; }
+    }
+  }
+  SamplingOptions one;
+  one.temperature = 1;
+  one.top_k = 1;
+  for (int pos = 0; pos < 100; ++pos) ASSERT_EQ(sample::sample_token(x.data(), 1300, one, nullptr, pos), 3);
+  one.top_k = 0;
+  one.min_p = 1;  // only the maximum
+  for (int pos = 0; pos < 100; ++pos) ASSERT_EQ(sample::sample_token(x.data(), 1300, one, nullptr, pos), 3);
+}
+
+TEST(SampleGreedy, TemperatureZeroIsTheArgmaxOfTheBiasedAllowedLogits) {
+  const std::vector<float> x = test_logits();
+  SamplingOptions o;
+  EXPECT_EQ(sample::sample_token(x.data(), 1300, o, nullptr, 0), 3);
+  o.logit_bias = {{3, -1.0f}};
+  EXPECT_EQ(sample::sample_token(x.data(), 1300, o, nullptr, 0), 700);  // 5.5 tie: lowest id
+  std::vector<uint32_t> mask(41, 0);
+  mask[1299 / 32] = 1u << (1299 % 32);
+  mask[0] = 1u << 9;
+  o.logit_bias.clear();
+  EXPECT_EQ(sample::sample_token(x.data(), 1300, o, mask.data(), 0), 1299);
+  std::fill(mask.begin(), mask.end(), 0u);
+  EXPECT_THROW(sample::sample_token(x.data(), 1300, o, mask.data(), 0), Error);
+}
+
+// ---- the same token for every split -------------------------------------------------------------
+
+TEST(SampleSplit, EveryChunkAlignedSplitDrawsTheSameToken) {
+  const std::vector<float> x = test_logits();
+  const std::vector<std::vector<int64_t>> splits = {{0, 1300}, {0, 512, 1300}, {0, 1024, 1300}, {0, 512, 1024, 1300}};
+  for (const Config& c : configs())
+    for (int64_t pos = 0; pos < 400; ++pos) {
+      const int32_t whole = sample::sample_token(x.data(), 1300, c.o, nullptr, pos);
+      for (const auto& b : splits) ASSERT_EQ(sample::sample_token(x.data(), 1300, c.o, nullptr, pos, b), whole) << c.name;
+    }
+}
+
+TEST(SampleSplit, PositionAndSeedAloneKeyTheDraw) {
+  const std::vector<float> x = test_logits();
+  SamplingOptions o = configs()[0].o;
+  std::vector<int32_t> a, b;
+  for (int pos = 0; pos < 64; ++pos) a.push_back(sample::sample_token(x.data(), 1300, o, nullptr, pos));
+  for (int pos = 0; pos < 64; ++pos) b.push_back(sample::sample_token(x.data(), 1300, o, nullptr, pos));
+  EXPECT_EQ(a, b);
+  o.seed += 1;
+  std::vector<int32_t> c;
+  for (int pos = 0; pos < 64; ++pos) c.push_back(sample::sample_token(x.data(), 1300, o, nullptr, pos));
+  EXPECT_NE(a, c);
+}
+
+// ---- through the engine: every backend, shard count and call split -------------------------------
+
+struct SampleModel {
+  TempDir dir;
+  std::shared_ptr<const Model> model;
+  SampleModel() : model(Model::open(make_checkpoint(dir, "q5_K", 1600, 256, "--seed 5"))) {}
+};
+const SampleModel& sample_model() {
+  static const SampleModel m;
+  return m;
+}
+
+std::vector<int32_t> sampled_tokens(const std::shared_ptr<const Model>& model, const EngineOptions& e,
+                                    const std::vector<float>& hidden, int tokens, const SamplingOptions& s,
+                                    int per_call) {
+  Engine engine(model, e);
+  const int64_t H = model->config().hidden;
+  std::vector<int32_t> out;
+  for (int first = 0; first < tokens; first += per_call) {
+    const int n = std::min(per_call, tokens - first);
+    RunOptions o;
+    o.sampling = s;
+    o.sampling.position = s.position + first;
+    if (!s.allowed.empty() && int64_t(s.allowed.size()) > (model->config().vocab + 31) / 32) {
+      const size_t words = size_t((model->config().vocab + 31) / 32);
+      o.sampling.allowed.assign(s.allowed.begin() + first * words, s.allowed.begin() + (first + n) * words);
+    }
+    const RunResult r = engine.run(std::span<const float>(hidden.data() + size_t(first) * size_t(H), size_t(n) * size_t(H)), n, o);
+    for (const TokenChoice& c : r.choices) out.push_back(c.sampled);
+  }
+  return out;
+}
+
+std::vector<SamplingOptions> engine_configs(int64_t V, int tokens) {
+  std::vector<SamplingOptions> v;
+  for (const Config& c : configs()) v.push_back(c.o);
+  SamplingOptions biased;
+  biased.temperature = 1.0f;
+  biased.top_p = 0.9f;
+  biased.seed = 77;
+  biased.position = 1000;
+  biased.logit_bias = {{5, 2.5f}, {int32_t(V - 1), 3.0f}};
+  const size_t words = size_t((V + 31) / 32);
+  biased.allowed.assign(words * size_t(tokens), 0xffffffffu);
+  for (int t = 0; t < tokens; ++t) biased.allowed[size_t(t) * words + size_t(t)] = 0x0000ffffu;  // per-token masks
+  v.push_back(biased);
+  SamplingOptions greedy_biased;
+  greedy_biased.logit_bias = {{9, 50.0f}};
+  v.push_back(greedy_biased);
+  return v;
+}
+
+TEST(SampleEngine, SameTokensOnEveryCpuBackendShardCountAndCallSplit) {
+  const auto& m = sample_model();
+  const int T = 20;  // more than one 16-token pass
+  const std::vector<float> hidden = test_hidden(T, 256, 31);
+  const int64_t V = m.model->config().vocab;
+  for (const SamplingOptions& s : engine_configs(V, T)) {
+    const std::vector<int32_t> ref = sampled_tokens(m.model, {.backend = BackendKind::scalar, .threads = 1}, hidden, T, s, T);
+    EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::cpu, .threads = 2}, hidden, T, s, T), ref);
+    EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::cpu, .threads = 1}, hidden, T, s, 1), ref);
+    EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::cpu, .threads = 2, .shards = 3}, hidden, T, s, 7), ref);
+    EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::scalar, .threads = 1, .shards = 2}, hidden, T, s, 3), ref);
+  }
+}
+
+TEST(SampleEngine, TemperatureZeroSamplesTheArgmax) {
+  const auto& m = sample_model();
+  const std::vector<float> hidden = test_hidden(5, 256, 3);
+  Engine engine(m.model, {.backend = BackendKind::cpu});
+  const RunResult r = engine.run(hidden, 5, {});
+  for (const TokenChoice& c : r.choices) EXPECT_EQ(c.sampled, c.argmax);
+  RunOptions o;
+  o.sampling.temperature = 0.8f;
+  o.sampling.seed = 4;
+  const RunResult s = engine.run(hidden, 5, o);
+  for (int t = 0; t < 5; ++t) EXPECT_EQ(s.choices[size_t(t)].argmax, r.choices[size_t(t)].argmax);
+  EXPECT_TRUE(s.logits.empty());  // fetched for the sampler only
+}
+
+TEST(SampleEngine, BadOptionsAreRefusedByName) {
+  const auto& m = sample_model();
+  const std::vector<float> hidden = test_hidden(2, 256, 3);
+  Engine engine(m.model, {.backend = BackendKind::scalar});
+  struct Case { SamplingOptions o; const char* mention; };
+  std::vector<Case> cases;
+  auto add = [&](auto f, const char* mention) { SamplingOptions o; f(o); cases.push_back({o, mention}); };
+  add([](SamplingOptions& o) { o.temperature = -1; }, "temperature");
+  add([](SamplingOptions& o) { o.temperature = NAN; }, "temperature");
+  add([](SamplingOptions& o) { o.top_p = 0; }, "top-p must be in (0, 1]");
+  add([](SamplingOptions& o) { o.top_p = 1.5f; }, "top-p must be in (0, 1]");
+  add([](SamplingOptions& o) { o.min_p = -0.1f; }, "min-p");
+  add([](SamplingOptions& o) { o.top_k = -3; }, "top-k");
+  add([](SamplingOptions& o) { o.logit_bias = {{1600, 1.0f}}; }, "logit bias id 1600 is outside the vocabulary");
+  add([](SamplingOptions& o) { o.logit_bias = {{-1, 1.0f}}; }, "logit bias id -1");
+  add([](SamplingOptions& o) { o.logit_bias = {{4, 1.0f}, {4, 2.0f}}; }, "given twice");
+  add([](SamplingOptions& o) { o.logit_bias = {{4, INFINITY}}; }, "not finite");
+  add([](SamplingOptions& o) { o.allowed.assign(49, ~0u); }, "allowed-token mask has 49 32-bit words");
+  for (const Case& c : cases) {
+    RunOptions o;
+    o.sampling = c.o;
+    try {
+      engine.run(hidden, 2, o);
+      ADD_FAILURE() << "accepted: " << c.mention;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.mention), std::string::npos) << e.what();
+    }
+  }
+}
+
+// ---- speculative verification --------------------------------------------------------------------
+
+TEST(SampleVerify, GreedyAcceptsWhileTheDraftIsTheArgmax) {
+  const auto& m = sample_model();
+  const std::vector<float> hidden = test_hidden(5, 256, 8);
+  Engine engine(m.model, {.backend = BackendKind::cpu});
+  const RunResult r = engine.run(hidden, 5, {});
+  std::vector<int32_t> draft;
+  for (int t = 0; t < 4; ++t) draft.push_back(r.choices[size_t(t)].argmax);
+  VerifyResult all = engine.verify(hidden, draft);
+  EXPECT_EQ(all.accepted, 4);
+  EXPECT_EQ(all.next, r.choices[4].argmax);  // the bonus token
+  draft[2] = (draft[2] + 1) % 1600;
+  VerifyResult some = engine.verify(hidden, draft);
+  EXPECT_EQ(some.accepted, 2);
+  EXPECT_EQ(some.next, r.choices[2].argmax);
+  ASSERT_EQ(some.target.size(), 3u);
+  EXPECT_THROW(engine.verify(std::span<const float>(hidden.data(), 4 * 256), draft), Error);  // needs 5 rows
+}
+
+TEST(SampleVerify, SamplingWithoutDraftProbsAcceptsWhileTheDrawIsTheDraft) {
+  const auto& m = sample_model();
+  const std::vector<float> hidden = test_hidden(5, 256, 8);
+  Engine engine(m.model, {.backend = BackendKind::cpu});
+  RunOptions o;
+  o.sampling.temperature = 1.0f;
+  o.sampling.top_p = 0.9f;
+  o.sampling.seed = 3;
+  o.sampling.position = 50;
+  const RunResult r = engine.run(hidden, 5, o);
+  std::vector<int32_t> draft = {r.choices[0].sampled, r.choices[1].sampled, (r.choices[2].sampled + 1) % 1600, 0};
+  const VerifyResult v = engine.verify(hidden, draft, o);
+  EXPECT_EQ(v.accepted, 2);
+  EXPECT_EQ(v.next, r.choices[2].sampled);
+}
+
+// The rejection rule's first output token, over many positions with drafts drawn from q, is
+// distributed as the target's p (Leviathan et al., Chen et al.): chi-square as above.
+TEST(SampleVerify, RejectionSamplingOutputIsTheTargetDistribution) {
+  const std::vector<float> x = test_logits();
+  const int64_t V = int64_t(x.size());
+  for (const Config& c : {configs()[0], configs()[7]}) {
+    const std::vector<double> p = exact_distribution(x, c.o, nullptr);
+    // A draft model that is close but wrong: the target's logits with noise, at another temperature.
+    std::vector<float> q(static_cast<size_t>(V));
+    std::mt19937_64 rng(11);
+    std::normal_distribution<double> noise(0.0, 0.7);
+    double qs = 0;
+    for (int64_t i = 0; i < V; ++i) qs += (q[size_t(i)] = float(std::exp((x[size_t(i)] + noise(rng)) / 1.3)));
+    for (float& v : q) v = float(v / qs);
+    std::discrete_distribution<int> draft_model(q.begin(), q.end());
+    std::vector<float> rows(x);
+    rows.insert(rows.end(), x.begin(), x.end());  // the bonus row
+    Tally t;
+    t.counts.assign(size_t(V), 0);
+    t.n = 60000;
+    int64_t accepted = 0;
+    for (int64_t pos = 0; pos < t.n; ++pos) {
+      SamplingOptions o = c.o;
+      o.position = pos * 2;
+      const int32_t d = draft_model(rng);
+      const sample::Verdict v = sample::verify(rows.data(), V, std::span<const int32_t>(&d, 1), o, q);
+      accepted += v.accepted;
+      ++t.counts[size_t(v.target[0])];
+    }
+    std::printf("[ info ] rejection sampling (%s): %.1f %% of the drafts accepted\n", c.name,
+                100.0 * double(accepted) / double(t.n));
+    expect_distribution(t, p, "rejection sampling output");
+  }
+}
+
+TEST(SampleVerify, BadDraftsAreRefusedByName) {
+  const std::vector<float> x = test_logits();
+  std::vector<float> rows(x);
+  rows.insert(rows.end(), x.begin(), x.end());
+  SamplingOptions o;
+  o.temperature = 1;
+  const int32_t bad = 1300;
+  EXPECT_THROW(sample::verify(rows.data(), 1300, std::span<const int32_t>(&bad, 1), o, {}), Error);
+  const int32_t good = 3;
+  std::vector<float> q(1300, 1.0f / 1300);
+  q[7] = -0.5f;
+  try {
+    sample::verify(rows.data(), 1300, std::span<const int32_t>(&good, 1), o, q);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("id 7"), std::string::npos) << e.what();
+  }
+  q.resize(12);
+  EXPECT_THROW(sample::verify(rows.data(), 1300, std::span<const int32_t>(&good, 1), o, q), Error);
+}
+
+// ---- the tool ------------------------------------------------------------------------------------
+
+TEST(SampleCli, RunAndVerifyJson) {
+  const auto& m = sample_model();
+  const std::string model = m.model->path();
+  TempDir dir;
+  const std::vector<float> hidden = test_hidden(4, 256, 12);
+  io::write_npy_f32(dir.file("h.npy"), {4, 256}, hidden.data());
+  const std::string base = cli() + " run " + model + " --hidden " + dir.file("h.npy") + " --json";
+  const auto plain = nlohmann::json::parse(run_command(base, false).output);
+  for (const auto& t : plain["tokens"]) EXPECT_EQ(t["sampled"], t["argmax"]);
+
+  const CommandResult r = run_command(base + " --temperature 0.9 --top-p 0.9 --min-p 0.01 --sample-top-k 100 "
+                                             "--logit-bias 5=1.5,77=-2 --seed 8 --position 30", false);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  Engine engine(m.model, {.backend = BackendKind::cpu});
+  RunOptions o;
+  o.sampling.temperature = 0.9f;
+  o.sampling.top_p = 0.9f;
+  o.sampling.min_p = 0.01f;
+  o.sampling.top_k = 100;
+  o.sampling.logit_bias = {{5, 1.5f}, {77, -2.0f}};
+  o.sampling.seed = 8;
+  o.sampling.position = 30;
+  const RunResult api = engine.run(hidden, 4, o);
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_EQ(j["tokens"][t]["sampled"], api.choices[size_t(t)].sampled);
+    EXPECT_EQ(j["tokens"][t]["position"], 30 + t);
+  }
+
+  std::vector<int32_t> draft = {plain["tokens"][0]["argmax"], plain["tokens"][1]["argmax"], 0};
+  if (draft[2] == plain["tokens"][2]["argmax"]) draft[2] = 1;
+  const std::string drafts = std::to_string(draft[0]) + "," + std::to_string(draft[1]) + "," + std::to_string(draft[2]);
+  const CommandResult v = run_command(cli() + " verify " + model + " --hidden " + dir.file("h.npy") + " --draft " + drafts +
+                                      " --json", false);
+  ASSERT_EQ(v.status, 0) << v.output;
+  const auto vj = nlohmann::json::parse(v.output);
+  EXPECT_EQ(vj["accepted"], 2);
+  EXPECT_EQ(vj["next"], plain["tokens"][2]["argmax"]);
+
+  std::vector<float> q(3 * 1600, 1.0f / 1600);
+  io::write_npy_f32(dir.file("q.npy"), {3, 1600}, q.data());
+  const std::string verify_q = cli() + " verify " + model + " --hidden " + dir.file("h.npy") + " --draft " + drafts +
+                               " --draft-probs " + dir.file("q.npy") + " --temperature 1 --seed 2 --json";
+  const CommandResult vq = run_command(verify_q, false);
+  ASSERT_EQ(vq.status, 0) << vq.output;
+  const auto vqj = nlohmann::json::parse(vq.output);
+  const VerifyResult api_v = engine.verify(hidden, draft, [] { RunOptions r; r.sampling.temperature = 1; r.sampling.seed = 2; return r; }(), q);
+  EXPECT_EQ(vqj["accepted"], api_v.accepted);
+  EXPECT_EQ(vqj["next"], api_v.next);
+}
+
+TEST(SampleCli, BadSamplingInputIsRefusedByName) {
+  const auto& m = sample_model();
+  const std::string model = m.model->path();
+  TempDir dir;
+  const std::vector<float> hidden = test_hidden(2, 256, 12);
+  io::write_npy_f32(dir.file("h.npy"), {2, 256}, hidden.data());
+  std::vector<uint8_t> mask(4 * 10, 0xff);  // 10 words; 1,600 ids need 50
+  write_bytes(dir.file("mask.bin"), mask);
+  std::vector<float> q(5, 0.2f);
+  io::write_npy_f32(dir.file("q.npy"), {5}, q.data());
+  const std::string run = " run " + model + " --hidden " + dir.file("h.npy");
+  const std::string verify = " verify " + model + " --hidden " + dir.file("h.npy");
+  struct Case { std::string args, mention; };
+  const Case cases[] = {
+      {run + " --temperature -1", "temperature"},
+      {run + " --top-p 1.5", "top-p must be in (0, 1]"},
+      {run + " --top-p 0", "top-p must be in (0, 1]"},
+      {run + " --min-p 2", "min-p"},
+      {run + " --logit-bias 99999=1", "logit bias id 99999 is outside the vocabulary"},
+      {run + " --logit-bias 5:1", "--logit-bias takes ID=VALUE"},
+      {run + " --allowed-mask " + dir.file("mask.bin"), "allowed-token mask has 10 32-bit words"},
+      {run + " --allowed-mask " + dir.file("absent.bin"), "absent.bin"},
+      {verify + " --draft 1,2", "2 draft tokens need 3"},
+      {verify + " --draft 1600", "outside the vocabulary"},
+      {verify + " --draft x", "--draft takes token ids"},
+      {verify + " --draft 4 --draft-probs " + dir.file("q.npy"), "expected [1, 1600]"},
+  };
+  for (const Case& c : cases) {
+    const CommandResult r = run_command(cli() + c.args);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_LT(r.status, 128) << "crashed: " << c.args;
+    EXPECT_NE(r.output.find(c.mention), std::string::npos) << c.args << " -> " << r.output;
+  }
+}
+
+// ---- CUDA: the same tokens as the CPU (run on a GPU machine) -------------------------------------
+
+TEST(SampleEngine, CudaDrawsTheCpuTokens) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "no usable GPU: " << why;
+  const auto& m = sample_model();
+  const int T = 9;
+  const std::vector<float> hidden = test_hidden(T, 256, 17);
+  const int64_t V = m.model->config().vocab;
+  for (const SamplingOptions& s : engine_configs(V, T)) {
+    const std::vector<int32_t> ref = sampled_tokens(m.model, {.backend = BackendKind::cpu}, hidden, T, s, T);
+    EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::cuda}, hidden, T, s, T), ref);
+    EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::cuda}, hidden, T, s, 2), ref);
+    EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::cuda, .shards = 3}, hidden, T, s, T), ref);
+  }
+}
+
+}  // namespace
