@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "lmhead/lmhead.hpp"
+#include "quant/llamacpp_route.hpp"
 
 namespace lmhead::cpu {
 
@@ -65,6 +66,13 @@ struct KernelSet {
 // Kernels for `type` at the best level available up to `limit`; entries without a SIMD version
 // at that level fall back to scalar.
 KernelSet kernels_for(TensorType type, Isa limit);
+
+// Route::llamacpp: the portable kernel for llama.cpp's path `path` on `type` heads (the reference
+// dots of quant/llamacpp_route.cpp, row by row); nullptr when the path does not apply to the type.
+TileKernel llamacpp_kernel(quant::LlamaCppPath path, TensorType type);
+// The kernel for the tokens in whole groups of 4 (quant::in_group_of_4): the repacked Q4_K path's
+// gemm, another order than its gemv; the same as llamacpp_kernel for every other path.
+TileKernel llamacpp_grouped_kernel(quant::LlamaCppPath path, TensorType type);
 
 // ---- SIMD implementations (one file per head type, each compiled for its instruction set) ----
 namespace avx2 {
