@@ -68,7 +68,7 @@ struct Worker {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const HeadView& head, int threads, Isa isa)
-      : head_(head), pool_(threads), kernels_(kernels_for(head.type, isa)),
+      : head_(head), pool_(threads), isa_(isa), kernels_(kernels_for(head.type, isa)),
         epilogue_isa_(isa == Isa::scalar || !cpu_supports(Isa::avx2) ? Isa::scalar : Isa::avx2) {
     if (kernels_.q8 == nullptr || kernels_.f32 == nullptr)
       throw Error("cpu backend: head type " + std::string(tensor_type_name(head.type)) + " has no kernel");
@@ -94,6 +94,7 @@ class CpuBackend final : public Backend {
 
   HeadView head_;
   ThreadPool pool_;
+  Isa isa_;
   KernelSet kernels_;
   Isa epilogue_isa_;
   std::vector<Worker> workers_;
@@ -128,11 +129,11 @@ void CpuBackend::forward(const float* hidden, int tokens, const ForwardRequest& 
   // llama.cpp's vec_dot-ordered paths run the default route's kernels; the others their own.
   const bool own_path = llamacpp && req.llamacpp_path != LlamaCppPath::vec_dot &&
                         req.llamacpp_path != LlamaCppPath::sgemm_q8_0;
-  const TileKernel kernel = own_path ? llamacpp_kernel(req.llamacpp_path, head_.type) : q8 ? kernels_.q8 : kernels_.f32;
+  const TileKernel kernel = own_path ? llamacpp_kernel(req.llamacpp_path, head_.type, isa_) : q8 ? kernels_.q8 : kernels_.f32;
   grouped_ = 0;
   if (own_path && req.llamacpp_path == LlamaCppPath::repack_q4_K_8x8) {
     grouped_ = tokens - tokens % 4;
-    grouped_kernel_ = llamacpp_grouped_kernel(req.llamacpp_path, head_.type);
+    grouped_kernel_ = llamacpp_grouped_kernel(req.llamacpp_path, head_.type, isa_);
   }
   if (kernel == nullptr)
     throw Error("cpu backend: no kernel for llama.cpp's " + std::string(quant::path_name(req.llamacpp_path)) +

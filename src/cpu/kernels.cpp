@@ -44,6 +44,8 @@ void llamacpp_rows(const HeadTile& tile, const TokenActs& acts, const RawOut& ou
   }
 }
 
+bool simd_llamacpp(Isa limit) { return limit != Isa::scalar && detect_isa() != Isa::scalar; }
+
 template <TensorType Type>
 KernelSet scalar_set() {
   KernelSet k;
@@ -71,30 +73,35 @@ bool cpu_has_avx512() {
 
 }  // namespace
 
-TileKernel llamacpp_grouped_kernel(quant::LlamaCppPath path, TensorType type) {
+TileKernel llamacpp_grouped_kernel(quant::LlamaCppPath path, TensorType type, Isa limit) {
   if (path == quant::LlamaCppPath::repack_q4_K_8x8 && type == TensorType::Q4_K)
-    return &llamacpp_rows<quant::LlamaCppPath::repack_q4_K_8x8, TensorType::Q4_K, true>;
-  return llamacpp_kernel(path, type);
+    return simd_llamacpp(limit) ? &avx2::llamacpp_rows<quant::LlamaCppPath::repack_q4_K_8x8, TensorType::Q4_K, true>
+                                : &llamacpp_rows<quant::LlamaCppPath::repack_q4_K_8x8, TensorType::Q4_K, true>;
+  return llamacpp_kernel(path, type, limit);
 }
 
-TileKernel llamacpp_kernel(quant::LlamaCppPath path, TensorType type) {
+TileKernel llamacpp_kernel(quant::LlamaCppPath path, TensorType type, Isa limit) {
   using P = quant::LlamaCppPath;
   using T = TensorType;
+  const bool simd = simd_llamacpp(limit);
   switch (path) {
     case P::vec_dot:
     case P::sgemm_q8_0:
-      return kernels_for(type, detect_isa()).q8;  // vec_dot's order: the default route's kernels
+      return kernels_for(type, limit).q8;  // vec_dot's order: the default route's kernels
     case P::tiled_kquant:
-      if (type == T::Q4_K) return &llamacpp_rows<P::tiled_kquant, T::Q4_K>;
-      if (type == T::Q5_K) return &llamacpp_rows<P::tiled_kquant, T::Q5_K>;
-      if (type == T::Q6_K) return &llamacpp_rows<P::tiled_kquant, T::Q6_K>;
+      if (type == T::Q4_K) return simd ? &avx2::llamacpp_rows<P::tiled_kquant, T::Q4_K, false> : &llamacpp_rows<P::tiled_kquant, T::Q4_K>;
+      if (type == T::Q5_K) return simd ? &avx2::llamacpp_rows<P::tiled_kquant, T::Q5_K, false> : &llamacpp_rows<P::tiled_kquant, T::Q5_K>;
+      if (type == T::Q6_K) return simd ? &avx2::llamacpp_rows<P::tiled_kquant, T::Q6_K, false> : &llamacpp_rows<P::tiled_kquant, T::Q6_K>;
       return nullptr;
     case P::repack_q4_K_8x8:
-      return type == T::Q4_K ? &llamacpp_rows<P::repack_q4_K_8x8, T::Q4_K> : nullptr;
+      if (type != T::Q4_K) return nullptr;
+      return simd ? &avx2::llamacpp_rows<P::repack_q4_K_8x8, T::Q4_K, false> : &llamacpp_rows<P::repack_q4_K_8x8, T::Q4_K>;
     case P::vec_dot_f16:
-      return type == T::F16 ? &llamacpp_rows<P::vec_dot_f16, T::F16> : nullptr;
+      if (type != T::F16) return nullptr;
+      return simd ? &avx2::llamacpp_rows<P::vec_dot_f16, T::F16, false> : &llamacpp_rows<P::vec_dot_f16, T::F16>;
     case P::sgemm_f16:
-      return type == T::F16 ? &llamacpp_rows<P::sgemm_f16, T::F16> : nullptr;
+      if (type != T::F16) return nullptr;
+      return simd ? &avx2::llamacpp_rows<P::sgemm_f16, T::F16, false> : &llamacpp_rows<P::sgemm_f16, T::F16>;
     case P::unsupported:
       return nullptr;
   }

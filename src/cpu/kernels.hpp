@@ -57,6 +57,14 @@ Isa detect_isa();
 // Whether the CPU runs `isa` (scalar always).
 bool cpu_supports(Isa isa);
 
+// Route::llamacpp: the portable kernel for llama.cpp's path `path` on `type` heads (the reference
+// dots of quant/llamacpp_route.cpp, row by row); nullptr when the path does not apply to the type.
+// At the best level available up to `limit` (AVX2 or the portable loops).
+TileKernel llamacpp_kernel(quant::LlamaCppPath path, TensorType type, Isa limit);
+// The kernel for the tokens in whole groups of 4 (quant::in_group_of_4): the repacked Q4_K path's
+// gemm, another order than its gemv; the same as llamacpp_kernel for every other path.
+TileKernel llamacpp_grouped_kernel(quant::LlamaCppPath path, TensorType type, Isa limit);
+
 struct KernelSet {
   TileKernel q8 = nullptr;   // the q8 activation route (activations in quant::activation_format)
   TileKernel f32 = nullptr;  // the f32 route (activations are the normed f32 values)
@@ -66,13 +74,6 @@ struct KernelSet {
 // Kernels for `type` at the best level available up to `limit`; entries without a SIMD version
 // at that level fall back to scalar.
 KernelSet kernels_for(TensorType type, Isa limit);
-
-// Route::llamacpp: the portable kernel for llama.cpp's path `path` on `type` heads (the reference
-// dots of quant/llamacpp_route.cpp, row by row); nullptr when the path does not apply to the type.
-TileKernel llamacpp_kernel(quant::LlamaCppPath path, TensorType type);
-// The kernel for the tokens in whole groups of 4 (quant::in_group_of_4): the repacked Q4_K path's
-// gemm, another order than its gemv; the same as llamacpp_kernel for every other path.
-TileKernel llamacpp_grouped_kernel(quant::LlamaCppPath path, TensorType type);
 
 // ---- SIMD implementations (one file per head type, each compiled for its instruction set) ----
 namespace avx2 {
@@ -90,6 +91,9 @@ void q8_0_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void f16_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void bf16_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void f32_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+// Route llamacpp's paths (llamacpp_avx2.cpp; instantiated there for the paths each type takes).
+template <quant::LlamaCppPath Path, TensorType Type, bool Grouped>
+void llamacpp_rows(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 }  // namespace avx2
 
 namespace avx512 {
