@@ -134,7 +134,16 @@ void llamacpp_rows(const HeadTile& tile, const TokenActs& acts, const RawOut& ou
     }
   }
   for (int64_t r = 0; r < tile.count; ++r) {
-    quant::llamacpp_unpack_row(Type, tile.rows + r * tile.row_bytes, tile.hidden, unpacked);
+    if constexpr (Type == TensorType::F16) {
+      const uint16_t* w = reinterpret_cast<const uint16_t*>(tile.rows + r * tile.row_bytes);
+      float* wf = reinterpret_cast<float*>(unpacked);
+      int64_t e = 0;
+      for (; e + 8 <= tile.hidden; e += 8)
+        _mm256_storeu_ps(wf + e, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + e))));
+      for (; e < tile.hidden; ++e) wf[e] = _cvtsh_ss(w[e]);
+    } else {
+      quant::llamacpp_unpack_row(Type, tile.rows + r * tile.row_bytes, tile.hidden, unpacked);
+    }
     for (int t = 0; t < acts.tokens; ++t) {
       float v;
       if constexpr (Type == TensorType::F16)

@@ -339,7 +339,15 @@ void llamacpp_unpack_row(TensorType type, const void* row, int64_t n, void* unpa
     int8_t* lv = levels + 256 * i;
     if (type == TensorType::Q6_K) {
       const block_q6_K& x = static_cast<const block_q6_K*>(row)[i];
-      for (int e = 0; e < 256; ++e) lv[e] = int8_t(q6k_level(x, e));
+      // §3's element order, a whole 128-element half at a time.
+      for (int n = 0; n < 2; ++n)
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t a = x.ql[64 * n + l], b = x.ql[64 * n + 32 + l], h = x.qh[32 * n + l];
+          lv[128 * n + l] = int8_t(((a & 15) | ((h & 3) << 4)) - 32);
+          lv[128 * n + 32 + l] = int8_t(((b & 15) | (((h >> 2) & 3) << 4)) - 32);
+          lv[128 * n + 64 + l] = int8_t(((a >> 4) | (((h >> 4) & 3) << 4)) - 32);
+          lv[128 * n + 96 + l] = int8_t(((b >> 4) | (((h >> 6) & 3) << 4)) - 32);
+        }
       for (int s = 0; s < 16; ++s) scales[16 * i + s] = x.scales[s];
       d[i] = f16_to_f32(x.d);
       dmin[i] = 0;
@@ -348,11 +356,20 @@ void llamacpp_unpack_row(TensorType type, const void* row, int64_t n, void* unpa
     const uint8_t* sc_bytes;
     if (type == TensorType::Q5_K) {
       const block_q5_K& x = static_cast<const block_q5_K*>(row)[i];
-      for (int e = 0; e < 256; ++e) lv[e] = int8_t(q5k_level(x, e));
+      for (int p = 0; p < 4; ++p)
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t q = x.qs[32 * p + l], h = x.qh[l];
+          lv[64 * p + l] = int8_t((q & 15) | (((h >> (2 * p)) & 1) << 4));
+          lv[64 * p + 32 + l] = int8_t((q >> 4) | (((h >> (2 * p + 1)) & 1) << 4));
+        }
       sc_bytes = x.scales; d[i] = f16_to_f32(x.d); dmin[i] = f16_to_f32(x.dmin);
     } else if (type == TensorType::Q4_K) {
       const block_q4_K& x = static_cast<const block_q4_K*>(row)[i];
-      for (int e = 0; e < 256; ++e) lv[e] = int8_t(q4k_level(x, e));
+      for (int p = 0; p < 4; ++p)
+        for (int l = 0; l < 32; ++l) {
+          lv[64 * p + l] = int8_t(x.qs[32 * p + l] & 15);
+          lv[64 * p + 32 + l] = int8_t(x.qs[32 * p + l] >> 4);
+        }
       sc_bytes = x.scales; d[i] = f16_to_f32(x.d); dmin[i] = f16_to_f32(x.dmin);
     } else {
       throw Error("llama.cpp route: no unpacked form for " + std::string(tensor_type_name(type)) + " rows");
