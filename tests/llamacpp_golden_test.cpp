@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/backend.hpp"
+#include "cpu/cpu_backend.hpp"
 #include "io/npy.hpp"
 #include "lmhead/lmhead.hpp"
 #include "test_util.hpp"
@@ -177,6 +178,29 @@ TEST(LlamaCppCliInfo, NamesThePathsByTokenCount) {
   EXPECT_EQ(j["llamacpp"]["paths"][1]["path"], "tiled_kquant");
   EXPECT_EQ(j["llamacpp"]["paths"][1]["first_tokens"], 8);
   EXPECT_TRUE(j["llamacpp"]["paths"][1]["last_tokens"].is_null());
+}
+
+}  // namespace
+
+namespace {
+
+// The cpu backend's portable llama.cpp kernels (CPUs without AVX2) and its AVX2 ones, held to the
+// public sets directly at each instruction-set level.
+TEST(LlamaCppRouteIsa, EveryLevelGivesLlamaCppBytes) {
+  for (const Case& c : kSets) {
+    const Golden g = load(c);
+    const HeadConfig& hc = g.model->config();
+    ForwardRequest req;
+    req.route = Route::llamacpp;
+    req.llamacpp_path = quant::llamacpp_path(hc.head_type, hc.vocab, hc.hidden, c.tokens);
+    req.want_logits = true;
+    for (cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512}) {
+      if (!cpu::cpu_supports(isa)) continue;
+      ForwardOutput out;
+      cpu::make_cpu_backend_limited(head_view(*g.model), 2, isa)->forward(g.hidden.values.data(), c.tokens, req, out);
+      EXPECT_TRUE(same_bytes(out.logits, g.want.values)) << case_name(c) << " at " << cpu::isa_name(isa);
+    }
+  }
 }
 
 }  // namespace
