@@ -1,11 +1,18 @@
-// lmhead's default route against llama.cpp itself, end to end: tests/data/llamacpp/ holds tiny
-// heads, the hidden states that entered llama.cpp's final norm and llama.cpp's logits (its
-// README says how they were made). Where llama.cpp runs the vec_dot order (numerics.md §5, §5b,
-// §5c: K-quants below 8 tokens per matmul, Q8_0 at every T), the logits must be its bytes.
+// lmhead against llama.cpp itself, end to end: tests/data/llamacpp/ holds tiny heads, the hidden
+// states that entered llama.cpp's final norm and llama.cpp's logits (its README says how they were
+// made, and with which llama.cpp). Every public set (Q4_K, Q5_K, Q6_K, Q8_0, F16 at T = 1, 4, 8, 16):
+// - route llamacpp: llama.cpp's bytes on every set, through the API (scalar, cpu) and the CLI
+//   (shards and longer rows: llamacpp_route_test.cpp);
+// - the default route: llama.cpp's bytes exactly where llama.cpp's path has vec_dot's order
+//   (RunResult::reproduces_llamacpp), and measurably not llama.cpp's bytes elsewhere, so the docs'
+//   statement of when the two agree is checked both ways.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 
+#include "backend/backend.hpp"
+#include "cpu/cpu_backend.hpp"
 #include "io/npy.hpp"
 #include "lmhead/lmhead.hpp"
 #include "test_util.hpp"
@@ -20,38 +27,180 @@ struct Case {
   int tokens;
 };
 
-class LlamaCppGolden : public ::testing::TestWithParam<std::tuple<Case, BackendKind>> {};
+std::string stem_of(const Case& c) { return data_path("llamacpp/muse-glimmer-" + std::string(c.type) + "-s101"); }
+std::string at_t(const Case& c) { return stem_of(c) + "-t" + std::to_string(c.tokens); }
 
-TEST_P(LlamaCppGolden, DefaultRouteLogitsAreLlamaCppBytes) {
-  const Case c = std::get<0>(GetParam());
-  const std::string stem = data_path("llamacpp/muse-glimmer-" + std::string(c.type) + "-s101");
-  const std::string at_t = stem + "-t" + std::to_string(c.tokens);
-  auto model = Model::open(stem + ".gguf");
-  const io::HiddenStates hidden = io::read_npy_f32(at_t + ".hidden.npy");
-  const io::HiddenStates want = io::read_npy_f32(at_t + ".logits.npy");
-  ASSERT_EQ(hidden.tokens, c.tokens);
-  ASSERT_EQ(hidden.hidden, model->config().hidden);
-  ASSERT_EQ(want.tokens, c.tokens);
-  ASSERT_EQ(want.hidden, model->config().vocab);
+struct Golden {
+  std::shared_ptr<const Model> model;
+  io::HiddenStates hidden, want;
+};
 
-  Engine engine(model, {.backend = std::get<1>(GetParam()), .threads = 2});
-  RunOptions opts;  // the default route: q8 activations, the soft cap's node order
-  opts.want_logits = true;
-  const RunResult r = engine.run(hidden.values, c.tokens, opts);
-  EXPECT_TRUE(same_bytes(r.logits, want.values)) << c.type << " at T = " << c.tokens;
+Golden load(const Case& c) {
+  Golden g;
+  g.model = Model::open(stem_of(c) + ".gguf");
+  g.hidden = io::read_npy_f32(at_t(c) + ".hidden.npy");
+  g.want = io::read_npy_f32(at_t(c) + ".logits.npy");
+  EXPECT_EQ(g.hidden.tokens, c.tokens);
+  EXPECT_EQ(g.hidden.hidden, g.model->config().hidden);
+  EXPECT_EQ(g.want.tokens, c.tokens);
+  EXPECT_EQ(g.want.hidden, g.model->config().vocab);
+  return g;
 }
 
-// Q8_0 takes the vec_dot order at every T; the K-quants only below 8 tokens (from 8 on llama.cpp
-// uses its tiled K-quant matmul, another order).
-INSTANTIATE_TEST_SUITE_P(VecDotOrder, LlamaCppGolden,
-                         ::testing::Combine(::testing::Values(Case{"q5_K", 1}, Case{"q5_K", 4}, Case{"q6_K", 1},
-                                                              Case{"q6_K", 4}, Case{"q8_0", 1}, Case{"q8_0", 4},
-                                                              Case{"q8_0", 8}, Case{"q8_0", 16}),
+RunResult run(const Golden& g, int tokens, BackendKind backend, Route route) {
+  Engine engine(g.model, {.backend = backend, .threads = 2});
+  RunOptions opts;
+  opts.route = route;
+  opts.want_logits = true;
+  return engine.run(g.hidden.values, tokens, opts);
+}
+
+const Case kSets[] = {{"q4_K", 1}, {"q4_K", 4}, {"q4_K", 8}, {"q4_K", 16}, {"q5_K", 1}, {"q5_K", 4}, {"q5_K", 8},
+                      {"q5_K", 16}, {"q6_K", 1}, {"q6_K", 4}, {"q6_K", 8}, {"q6_K", 16}, {"q8_0", 1}, {"q8_0", 4},
+                      {"q8_0", 8}, {"q8_0", 16}, {"f16", 1}, {"f16", 4}, {"f16", 8}, {"f16", 16}};
+
+std::string case_name(const Case& c) { return std::string(c.type) + "_t" + std::to_string(c.tokens); }
+
+class LlamaCppRoute : public ::testing::TestWithParam<std::tuple<Case, BackendKind>> {};
+
+TEST_P(LlamaCppRoute, LogitsAreLlamaCppBytes) {
+  const Case c = std::get<0>(GetParam());
+  const Golden g = load(c);
+  const RunResult r = run(g, c.tokens, std::get<1>(GetParam()), Route::llamacpp);
+  EXPECT_TRUE(r.reproduces_llamacpp);
+  EXPECT_TRUE(same_bytes(r.logits, g.want.values)) << c.type << " at T = " << c.tokens << " (" << r.llamacpp_path << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(EverySet, LlamaCppRoute,
+                         ::testing::Combine(::testing::ValuesIn(kSets),
                                             ::testing::Values(BackendKind::scalar, BackendKind::cpu)),
                          [](const auto& info) {
-                           const Case c = std::get<0>(info.param);
-                           return std::string(c.type) + "_t" + std::to_string(c.tokens) + "_" +
+                           return case_name(std::get<0>(info.param)) + "_" +
                                   std::string(to_string(std::get<1>(info.param)));
                          });
+
+class LlamaCppDefaultRoute : public ::testing::TestWithParam<std::tuple<Case, BackendKind>> {};
+
+// The default route is llama.cpp's bytes where llama.cpp takes a vec_dot-ordered path, and it says
+// so; where llama.cpp takes another path the default route says it does not reproduce it, and the
+// bytes indeed differ on these sets.
+TEST_P(LlamaCppDefaultRoute, EqualsLlamaCppExactlyWhereItSaysSo) {
+  const Case c = std::get<0>(GetParam());
+  std::string why;
+  if (std::get<1>(GetParam()) == BackendKind::cuda && !cuda_available(&why)) GTEST_SKIP() << "no usable GPU: " << why;
+  const Golden g = load(c);
+  const RunResult r = run(g, c.tokens, std::get<1>(GetParam()), Route::vec_dot);
+  if (r.reproduces_llamacpp)
+    EXPECT_TRUE(same_bytes(r.logits, g.want.values)) << c.type << " at T = " << c.tokens;
+  else
+    EXPECT_FALSE(same_bytes(r.logits, g.want.values)) << c.type << " at T = " << c.tokens << ": the default route "
+                                                      << "equals llama.cpp's " << r.llamacpp_path << " here";
+}
+
+INSTANTIATE_TEST_SUITE_P(EverySet, LlamaCppDefaultRoute,
+                         ::testing::Combine(::testing::ValuesIn(kSets),
+                                            ::testing::Values(BackendKind::scalar, BackendKind::cpu, BackendKind::cuda)),
+                         [](const auto& info) {
+                           return case_name(std::get<0>(info.param)) + "_" +
+                                  std::string(to_string(std::get<1>(info.param)));
+                         });
+
+TEST(LlamaCppRoutePaths, NamedPerHeadTypeAndTokenCount) {
+  auto path = [](const char* type, int t) {
+    return llamacpp_path(Model::open(stem_of({type, 1}) + ".gguf")->config(), t);
+  };
+  EXPECT_EQ(path("q4_K", 1), "repack_q4_K_8x8");
+  EXPECT_EQ(path("q4_K", 16), "repack_q4_K_8x8");
+  EXPECT_EQ(path("q5_K", 7), "vec_dot");
+  EXPECT_EQ(path("q5_K", 8), "tiled_kquant");
+  EXPECT_EQ(path("q6_K", 4), "vec_dot");
+  EXPECT_EQ(path("q6_K", 16), "tiled_kquant");
+  EXPECT_EQ(path("q8_0", 1), "vec_dot");
+  EXPECT_EQ(path("q8_0", 2), "llamafile_sgemm_q8_0");
+  EXPECT_EQ(path("f16", 1), "vec_dot_f16");
+  EXPECT_EQ(path("f16", 2), "llamafile_sgemm_f16");
+}
+
+TEST(LlamaCppRoutePaths, RefusesF32Activations) {
+  const Golden g = load({"q5_K", 1});
+  Engine engine(g.model, {.backend = BackendKind::scalar});
+  RunOptions opts;
+  opts.route = Route::llamacpp;
+  opts.activations = ActivationRoute::f32;
+  EXPECT_THROW(engine.run(g.hidden.values, 1, opts), Error);
+}
+
+// The CUDA backend has no llama.cpp paths yet: it refuses the route naming the path, rather than
+// giving the vec_dot route's bytes under the llamacpp name.
+TEST(LlamaCppRoutePaths, CudaRefusesByName) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "no usable GPU: " << why;
+  const Golden g = load({"q5_K", 8});
+  Engine engine(g.model, {.backend = BackendKind::cuda});
+  RunOptions opts;
+  opts.route = Route::llamacpp;
+  try {
+    engine.run(g.hidden.values, 8, opts);
+    ADD_FAILURE() << "the cuda backend ran route llamacpp";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tiled_kquant"), std::string::npos) << e.what();
+  }
+}
+
+class LlamaCppCli : public ::testing::TestWithParam<Case> {};
+
+// Through the tool: `run --route llamacpp --out` writes llama.cpp's logits, and --json names the path.
+TEST_P(LlamaCppCli, RunWritesLlamaCppBytesAndNamesThePath) {
+  const Case c = GetParam();
+  TempDir dir;
+  const CommandResult r = run_command(cli() + " run " + stem_of(c) + ".gguf --hidden " + at_t(c) +
+                                          ".hidden.npy --route llamacpp --threads 2 --out " + dir.file("l.npy") +
+                                          " --json",
+                                      false);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["route"], "llamacpp");
+  EXPECT_EQ(j["llamacpp"]["reproduced"], true);
+  EXPECT_EQ(j["llamacpp"]["path"], llamacpp_path(Model::open(stem_of(c) + ".gguf")->config(), c.tokens));
+  EXPECT_TRUE(same_bytes(io::read_npy_f32(dir.file("l.npy")).values, io::read_npy_f32(at_t(c) + ".logits.npy").values));
+}
+
+INSTANTIATE_TEST_SUITE_P(EverySet, LlamaCppCli, ::testing::ValuesIn(kSets),
+                         [](const auto& info) { return case_name(info.param); });
+
+TEST(LlamaCppCliInfo, NamesThePathsByTokenCount) {
+  const CommandResult r = run_command(cli() + " info " + stem_of({"q5_K", 1}) + ".gguf --json", false);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["llamacpp"]["paths"].size(), 2u);
+  EXPECT_EQ(j["llamacpp"]["paths"][0]["path"], "vec_dot");
+  EXPECT_EQ(j["llamacpp"]["paths"][0]["last_tokens"], 7);
+  EXPECT_EQ(j["llamacpp"]["paths"][1]["path"], "tiled_kquant");
+  EXPECT_EQ(j["llamacpp"]["paths"][1]["first_tokens"], 8);
+  EXPECT_TRUE(j["llamacpp"]["paths"][1]["last_tokens"].is_null());
+}
+
+}  // namespace
+
+namespace {
+
+// The cpu backend's portable llama.cpp kernels (CPUs without AVX2) and its AVX2 ones, held to the
+// public sets directly at each instruction-set level.
+TEST(LlamaCppRouteIsa, EveryLevelGivesLlamaCppBytes) {
+  for (const Case& c : kSets) {
+    const Golden g = load(c);
+    const HeadConfig& hc = g.model->config();
+    ForwardRequest req;
+    req.route = Route::llamacpp;
+    req.llamacpp_path = quant::llamacpp_path(hc.head_type, hc.vocab, hc.hidden, c.tokens);
+    req.want_logits = true;
+    for (cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512}) {
+      if (!cpu::cpu_supports(isa)) continue;
+      ForwardOutput out;
+      cpu::make_cpu_backend_limited(head_view(*g.model), 2, isa)->forward(g.hidden.values.data(), c.tokens, req, out);
+      EXPECT_TRUE(same_bytes(out.logits, g.want.values)) << case_name(c) << " at " << cpu::isa_name(isa);
+    }
+  }
+}
 
 }  // namespace

@@ -32,6 +32,15 @@ enum class SoftcapRoute {
   fused,  // cap * tanhf(v / cap): one formula, differs in the last ulp for some inputs
 };
 
+// Whose order the head's dot products follow (numerics.md, "The llama.cpp route").
+enum class Route {
+  vec_dot,   // default: ggml's vec_dot order for every T (batch-invariant); llama.cpp's own bytes
+             // where llama.cpp takes that path (RunResult::llamacpp_path says when)
+  llamacpp,  // what llama.cpp's x86 CPU backend computes for this head type and token count (its
+             // tiled, repacked and sgemm paths included); a backend or head type without the path
+             // is refused by name. Needs ActivationRoute::q8.
+};
+
 enum class BackendKind {
   scalar,  // the portable reference: every fast path is tested against it byte for byte
   cpu,     // the best CPU kernels for this machine (falls back to scalar)
@@ -56,6 +65,8 @@ enum class ValueSource {
 std::string_view to_string(InputKind);
 std::string_view to_string(ValueSource);
 bool parse(std::string_view, InputKind&);
+std::string_view to_string(Route);
+bool parse(std::string_view, Route&);
 std::string_view to_string(ActivationRoute);
 std::string_view to_string(SoftcapRoute);
 std::string_view to_string(BackendKind);
@@ -113,6 +124,11 @@ struct HeadConfig {
   bool has_head_bias = false;      // output.bias is added to the logits (not computed yet: refused)
   std::vector<std::string> overrides;  // the overrides given, as KEY=TYPE:VALUE
 };
+
+// llama.cpp's CPU path (commit 0c1e570, x86 AVX-512 build) for a head at `tokens` tokens per call:
+// "vec_dot", "llamafile_sgemm_q8_0", "tiled_kquant", "repack_q4_K_8x8", "vec_dot_f16",
+// "llamafile_sgemm_f16" or "unsupported"; `why` (optional) gets the reason from llama.cpp's source.
+std::string llamacpp_path(const HeadConfig& head, int tokens, std::string* why = nullptr);
 
 // A checkpoint's head: the mapped file plus the configuration. Immutable after open, so one
 // Model can be shared by any number of engines and threads.
@@ -172,6 +188,7 @@ struct RunOptions {
   InputKind input = InputKind::hidden;
   ActivationRoute activations = ActivationRoute::q8;
   SoftcapRoute softcap = SoftcapRoute::nodes;
+  Route route = Route::vec_dot;
   int top_k = 0;             // 0: argmax only
   bool logprobs = false;     // log_softmax for the argmax and the top-k
   bool want_logits = false;  // return the capped logits [T, V]
@@ -216,6 +233,10 @@ struct RunResult {
   Stages stages;                     // when want_stages
   std::vector<StageTime> times;
   std::string backend;               // name of the backend that ran
+  // llama.cpp's CPU path for this head at this call's token count, and whether the route that ran
+  // reproduces it (always with Route::llamacpp; with vec_dot only where that path is vec_dot's order).
+  std::string llamacpp_path;
+  bool reproduces_llamacpp = false;
 };
 
 // Speculative verification (Engine::verify): how many draft tokens the target accepts and the token

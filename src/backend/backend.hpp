@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lmhead/lmhead.hpp"
+#include "quant/llamacpp_route.hpp"
 #include "select/token_summary.hpp"
 
 namespace lmhead {
@@ -45,6 +46,10 @@ struct ForwardRequest {
   bool input_normed = false;  // the rows are already through the final norm: skip it (InputKind::normed)
   ActivationRoute activations = ActivationRoute::q8;
   SoftcapRoute softcap = SoftcapRoute::nodes;
+  Route route = Route::vec_dot;
+  // Route::llamacpp: llama.cpp's path, chosen by the engine from the whole head and the whole call's
+  // token count (a pass has at most 16 tokens and a shard only some rows; neither changes the path).
+  quant::LlamaCppPath llamacpp_path = quant::LlamaCppPath::vec_dot;
   int top_k = 0;
   bool logprobs = false;     // fill ForwardOutput::sum_exp
   bool want_logits = false;  // fill ForwardOutput::logits
@@ -73,6 +78,8 @@ class Backend {
   // True when forward() honours ForwardRequest::input_normed; the engine refuses normed input
   // for a backend that does not (it would apply the norm a second time).
   virtual bool takes_normed_input() const { return false; }
+  // True when forward() computes Route::llamacpp's paths; the engine refuses the route otherwise.
+  virtual bool takes_llamacpp_route() const { return false; }
 };
 
 std::unique_ptr<Backend> make_scalar_backend(const HeadView& head);

@@ -91,6 +91,11 @@ class ShardedBackend final : public Backend {
       if (!p->takes_normed_input()) return false;
     return !parts_.empty();
   }
+  bool takes_llamacpp_route() const override {
+    for (const auto& p : parts_)
+      if (!p->takes_llamacpp_route()) return false;
+    return !parts_.empty();
+  }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
     const int n = int(parts_.size());

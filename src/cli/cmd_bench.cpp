@@ -68,11 +68,11 @@ int bench(const BenchArgs& a) {
 
   nlohmann::json rows = nlohmann::json::array();
   if (!a.json)
-    std::printf("bench %s: %s head %s x %s, %s B per pass, backend %s, input %s, activations %s, softcap %s, top-k %d%s; "
+    std::printf("bench %s: %s head %s x %s, %s B per pass, backend %s, input %s, activations %s, softcap %s, route %s, top-k %d%s; "
                 "ceiling %.2f GB/s (%s)\n", a.model.c_str(),
                 std::string(tensor_type_name(c.head_type)).c_str(), with_commas(c.vocab).c_str(),
                 with_commas(c.hidden).c_str(), with_commas(c.head_bytes).c_str(), engine.backend_name().c_str(),
-                a.route.input.c_str(), a.route.activations.c_str(), a.route.softcap.c_str(), a.route.top_k,
+                a.route.input.c_str(), a.route.activations.c_str(), a.route.softcap.c_str(), a.route.route.c_str(), a.route.top_k,
                 a.route.logprobs ? ", logprobs" : "", ceiling, ceiling_what.c_str());
   // Several GPUs: the one-GPU engine runs in the same process and run, so the ratio compares like
   // with like (same clocks, same inputs).
@@ -133,7 +133,8 @@ int bench(const BenchArgs& a) {
     nlohmann::json stages = nlohmann::json::object();
     for (const StageTime& s : last.times) stages[s.label] = s.ms;
     rows.push_back({{"tokens", T}, {"threads", threads}, {"input", a.route.input}, {"activations", a.route.activations},
-                    {"softcap", a.route.softcap}, {"top_k", a.route.top_k}, {"logprobs", a.route.logprobs}, {"backend", engine.backend_name()}, {"median_ms", median},
+                    {"softcap", a.route.softcap}, {"route", a.route.route}, {"llamacpp_path", last.llamacpp_path},
+                    {"llamacpp_reproduced", last.reproduces_llamacpp}, {"top_k", a.route.top_k}, {"logprobs", a.route.logprobs}, {"backend", engine.backend_name()}, {"median_ms", median},
                     {"min_ms", lo}, {"max_ms", hi}, {"runs", ms.size()}, {"bytes", c.head_bytes}, {"gbps", gbps},
                     {"ceiling_gbps", ceiling}, {"ratio", ratio}, {"stages_ms", stages}});
     if (compare) {

@@ -35,6 +35,11 @@ Action register_info(CLI::App& app) {
           {"byte_bill", {{"weights", b.weights}, {"normed", b.normed}, {"logits", b.logits},
                          {"softcap_nodes", b.softcap_nodes}, {"softcap_one_pass", b.softcap_one_pass},
                          {"argmax", b.argmax}}}};
+      nlohmann::json paths = nlohmann::json::array();
+      for (const PathRange& r : llamacpp_path_ranges(c))
+        paths.push_back({{"first_tokens", r.first}, {"last_tokens", r.last == 0 ? nlohmann::json(nullptr) : nlohmann::json(r.last)},
+                         {"path", r.path}, {"why", r.why}});
+      j["llamacpp"] = {{"version", "0c1e570"}, {"paths", paths}};
       std::printf("%s\n", j.dump(2).c_str());
       return 0;
     }
@@ -66,6 +71,12 @@ Action register_info(CLI::App& app) {
     std::printf("norm eps      %.9g (%s)%s\n", c.eps, c.eps_key.c_str(), from(c.eps_from).c_str());
     if (c.has_head_bias) std::printf("head bias     'output.bias' (not computed by lmhead yet: run refuses this head)\n");
     for (const std::string& o : c.overrides) std::printf("override      %s\n", o.c_str());
+    for (const PathRange& r : llamacpp_path_ranges(c)) {
+      const std::string ts = r.last == 0 ? "T >= " + std::to_string(r.first)
+                             : r.first == r.last ? "T = " + std::to_string(r.first)
+                             : "T = " + std::to_string(r.first) + ".." + std::to_string(r.last);
+      std::printf("llama.cpp     %-10s %s (0c1e570: %s)\n", ts.c_str(), r.path.c_str(), r.why.c_str());
+    }
     std::printf("token texts   %s\n", model->has_token_texts() ? "yes" : "no (ids only)");
     print_byte_bill(c);
     return 0;

@@ -86,6 +86,8 @@ int run(const RunArgs& a) {
     j["input"] = a.route.input;
     j["activations"] = a.route.activations;
     j["softcap"] = a.route.softcap;
+    j["route"] = a.route.route;
+    j["llamacpp"] = {{"path", r.llamacpp_path}, {"reproduced", r.reproduces_llamacpp}, {"version", "0c1e570"}};
     j["tied_head"] = c.tied;
     j["tokens"] = nlohmann::json::array();
     for (int t = 0; t < r.tokens; ++t) {
@@ -111,8 +113,11 @@ int run(const RunArgs& a) {
     return 0;
   }
 
-  std::printf("%s: %d token(s), backend %s, activations %s, soft cap %s\n", a.model.c_str(), r.tokens,
-              r.backend.c_str(), a.route.activations.c_str(), c.softcap == 0 ? "off (scale only)" : a.route.softcap.c_str());
+  std::printf("%s: %d token(s), backend %s, activations %s, soft cap %s, route %s\n", a.model.c_str(), r.tokens,
+              r.backend.c_str(), a.route.activations.c_str(), c.softcap == 0 ? "off (scale only)" : a.route.softcap.c_str(),
+              a.route.route.c_str());
+  std::printf("llama.cpp 0c1e570 path at %d token(s): %s (%s)\n", r.tokens, r.llamacpp_path.c_str(),
+              r.reproduces_llamacpp ? "reproduced" : "not reproduced by this route");
   if (opts.input == InputKind::normed) std::printf("input: already normed (the final norm was skipped)\n");
   if (c.tied) std::printf("tied head: no 'output.weight' in the file, using 'token_embd.weight'\n");
   for (int t = 0; t < r.tokens; ++t) {

@@ -67,6 +67,7 @@ RunOptions RouteArgs::options() const {
   if (!parse(input, r.input)) throw Error("unknown --input '" + input + "' (hidden or normed)");
   if (!parse(activations, r.activations)) throw Error("unknown --activations '" + activations + "'");
   if (!parse(softcap, r.softcap)) throw Error("unknown --softcap '" + softcap + "'");
+  if (!parse(route, r.route)) throw Error("unknown --route '" + route + "' (vec_dot or llamacpp)");
   r.top_k = top_k;
   r.logprobs = logprobs;
   return r;
@@ -81,6 +82,10 @@ void add_route_options(CLI::App& cmd, RouteArgs& o) {
       ->check(CLI::IsMember({"q8", "f32"}))->capture_default_str();
   cmd.add_option("--softcap", o.softcap, "nodes (llama.cpp's graph, byte-exact) or fused (one formula)")
       ->check(CLI::IsMember({"nodes", "fused"}))->capture_default_str();
+  cmd.add_option("--route", o.route,
+                 "vec_dot (ggml's vec_dot order at every T, batch-invariant) or llamacpp (what llama.cpp's x86 CPU "
+                 "backend computes for this head type and token count: tiled, repacked, sgemm paths)")
+      ->check(CLI::IsMember({"vec_dot", "llamacpp"}))->capture_default_str();
   cmd.add_option("--top-k", o.top_k, "candidates per token (0: argmax only)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd.add_flag("--logprobs", o.logprobs, "log_softmax of the argmax and the top-k");
 }
@@ -146,6 +151,19 @@ void add_sample_options(CLI::App& cmd, SampleArgs& o) {
                  "every token or T x that");
   cmd.add_option("--seed", o.seed, "random stream key (the draw depends only on seed and position)");
   cmd.add_option("--position", o.position, "the first token's position (token t draws at P + t)");
+}
+
+std::vector<PathRange> llamacpp_path_ranges(const HeadConfig& c) {
+  constexpr int kLastChange = 9;  // every switch in llama.cpp 0c1e570 is at T <= 8
+  std::vector<PathRange> out;
+  for (int t = 1; t <= kLastChange; ++t) {
+    std::string why;
+    const std::string p = llamacpp_path(c, t, &why);
+    if (!out.empty() && out.back().path == p) continue;
+    if (!out.empty()) out.back().last = t - 1;
+    out.push_back({t, 0, p, why});
+  }
+  return out;
 }
 
 void add_backend_options(CLI::App& cmd, BackendOptions& o) {

@@ -55,7 +55,7 @@ void add_model_options(CLI::App& cmd, ModelArgs& o);
 
 // The route options `run` and `bench` share: what the input is and how the head computes it.
 struct RouteArgs {
-  std::string input = "hidden", activations = "q8", softcap = "nodes";
+  std::string input = "hidden", activations = "q8", softcap = "nodes", route = "vec_dot";
   int top_k = 0;
   bool logprobs = false;
   RunOptions options() const;
@@ -74,6 +74,13 @@ struct SampleArgs {
   SamplingOptions options() const;  // throws Error naming a malformed bias or an unreadable mask file
 };
 void add_sample_options(CLI::App& cmd, SampleArgs& o);
+// llama.cpp's CPU path for this head by token count: ranges [first, last] of T with one path each
+// (last = 0: that T and every larger one; no path changes past 8 tokens in llama.cpp 0c1e570).
+struct PathRange {
+  int first = 1, last = 0;
+  std::string path, why;
+};
+std::vector<PathRange> llamacpp_path_ranges(const HeadConfig& c);
 
 // Deterministic hidden states for demos and benchmarks: Gaussian-like values from a fixed seed.
 std::vector<float> synthetic_hidden(int64_t tokens, int64_t hidden, uint64_t seed);

@@ -68,7 +68,7 @@ struct Worker {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const HeadView& head, int threads, Isa isa)
-      : head_(head), pool_(threads), kernels_(kernels_for(head.type, isa)),
+      : head_(head), pool_(threads), isa_(isa), kernels_(kernels_for(head.type, isa)),
         epilogue_isa_(isa == Isa::scalar || !cpu_supports(Isa::avx2) ? Isa::scalar : Isa::avx2) {
     if (kernels_.q8 == nullptr || kernels_.f32 == nullptr)
       throw Error("cpu backend: head type " + std::string(tensor_type_name(head.type)) + " has no kernel");
@@ -86,6 +86,7 @@ class CpuBackend final : public Backend {
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override;
   bool takes_normed_input() const override { return true; }
+  bool takes_llamacpp_route() const override { return true; }
 
  private:
   void run_rows(int worker, const TokenActs& acts, const TileKernel kernel, const ForwardRequest& req,
@@ -93,10 +94,13 @@ class CpuBackend final : public Backend {
 
   HeadView head_;
   ThreadPool pool_;
+  Isa isa_;
   KernelSet kernels_;
   Isa epilogue_isa_;
   std::vector<Worker> workers_;
   int tile_tokens_ = 16;  // tokens the raw tiles have room for
+  int grouped_ = 0;       // this call's tokens that take grouped_kernel_
+  TileKernel grouped_kernel_ = nullptr;
   AlignedBytes acts_;
   size_t acts_capacity_ = 0;
   std::vector<float> normed_;
@@ -120,16 +124,37 @@ void CpuBackend::forward(const float* hidden, int tokens, const ForwardRequest& 
   TokenActs acts;
   acts.tokens = tokens;
   const bool q8 = req.activations == ActivationRoute::q8;
-  const TileKernel kernel = q8 ? kernels_.q8 : kernels_.f32;
+  const bool llamacpp = req.route == Route::llamacpp;
+  using quant::LlamaCppPath;
+  // llama.cpp's vec_dot-ordered paths run the default route's kernels; the others their own.
+  const bool own_path = llamacpp && req.llamacpp_path != LlamaCppPath::vec_dot &&
+                        req.llamacpp_path != LlamaCppPath::sgemm_q8_0;
+  const TileKernel kernel = own_path ? llamacpp_kernel(req.llamacpp_path, head_.type, isa_) : q8 ? kernels_.q8 : kernels_.f32;
+  grouped_ = 0;
+  if (own_path && req.llamacpp_path == LlamaCppPath::repack_q4_K_8x8) {
+    grouped_ = tokens - tokens % 4;
+    grouped_kernel_ = llamacpp_grouped_kernel(req.llamacpp_path, head_.type, isa_);
+  }
+  if (kernel == nullptr)
+    throw Error("cpu backend: no kernel for llama.cpp's " + std::string(quant::path_name(req.llamacpp_path)) +
+                " path on " + std::string(tensor_type_name(head_.type)) + " heads");
   if (q8) {
-    const auto fmt = quant::activation_format(head_.type, req.activations);
+    const auto fmt = llamacpp ? quant::llamacpp_activation_format(req.llamacpp_path, head_.type)
+                              : quant::activation_format(head_.type, req.activations);
     acts.stride = quant::activation_bytes(fmt, H);
     if (acts.stride * tokens > acts_capacity_) {
       acts_capacity_ = acts.stride * tokens;
       acts_ = aligned_bytes(acts_capacity_);
     }
-    for (int t = 0; t < tokens; ++t)
-      quant::quantize_activations(fmt, normed_.data() + size_t(t) * H, H, acts_.get() + t * acts.stride);
+    // A pass holds whole groups of 4 of the call's tokens (passes are 16 tokens but the last), so the
+    // repacked path's per-group quantization is decided by the pass's own count.
+    for (int t = 0; t < tokens; ++t) {
+      if (llamacpp)
+        quant::quantize_llamacpp_activations(req.llamacpp_path, head_.type, normed_.data() + size_t(t) * H, H, t,
+                                             tokens, acts_.get() + t * acts.stride);
+      else
+        quant::quantize_activations(fmt, normed_.data() + size_t(t) * H, H, acts_.get() + t * acts.stride);
+    }
     acts.data = acts_.get();
   } else {
     acts.stride = size_t(H) * sizeof(float);
@@ -213,11 +238,15 @@ void CpuBackend::run_rows(int worker, const TokenActs& acts, const TileKernel ke
   for (int64_t first = rows.begin; first < rows.end; first += kTileRows) {
     const int64_t n = std::min(kTileRows, rows.end - first);
     HeadTile tile{head_.weights + first * head_.row_bytes, head_.row_bytes, n, head_.hidden};
-    for (int t0 = 0; t0 < acts.tokens; t0 += kMaxKernelTokens) {
+    // Tokens [0, grouped_) take grouped_kernel_ (the repacked Q4_K path's gemm), the rest `kernel`.
+    for (int t0 = 0; t0 < acts.tokens;) {
+      const bool grouped = t0 < grouped_;
       TokenActs slice = acts;
       slice.data = acts.data + size_t(t0) * acts.stride;
-      slice.tokens = std::min(kMaxKernelTokens, acts.tokens - t0);
-      kernel(tile, slice, RawOut{raw + size_t(t0) * kTileRows, size_t(kTileRows)}, w.kernel_scratch.get());
+      slice.tokens = std::min(kMaxKernelTokens, (grouped ? grouped_ : acts.tokens) - t0);
+      (grouped ? grouped_kernel_ : kernel)(tile, slice, RawOut{raw + size_t(t0) * kTileRows, size_t(kTileRows)},
+                                           w.kernel_scratch.get());
+      t0 += slice.tokens;
     }
 
     for (int t = 0; t < acts.tokens; ++t) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "quant/activation.hpp"
+#include "quant/llamacpp_route.hpp"
 #include "quant/vec_dot.hpp"
 
 namespace lmhead::cpu {
@@ -31,6 +32,19 @@ void scalar_f32(const HeadTile& tile, const TokenActs& acts, const RawOut& out, 
           static_cast<float*>(scratch));
   }
 }
+
+// Each row unpacked once into the scratch, then every token against it.
+template <quant::LlamaCppPath Path, TensorType Type, bool Grouped = false>
+void llamacpp_rows(const HeadTile& tile, const TokenActs& acts, const RawOut& out, void* scratch) {
+  for (int64_t r = 0; r < tile.count; ++r) {
+    quant::llamacpp_unpack_row(Type, tile.rows + r * tile.row_bytes, tile.hidden, scratch);
+    for (int t = 0; t < acts.tokens; ++t)
+      out.data[t * out.stride + r] =
+          quant::llamacpp_dot_unpacked(Path, Type, scratch, acts.data + t * acts.stride, tile.hidden, Grouped);
+  }
+}
+
+bool simd_llamacpp(Isa limit) { return limit != Isa::scalar && detect_isa() != Isa::scalar; }
 
 template <TensorType Type>
 KernelSet scalar_set() {
@@ -59,13 +73,48 @@ bool cpu_has_avx512() {
 
 }  // namespace
 
+TileKernel llamacpp_grouped_kernel(quant::LlamaCppPath path, TensorType type, Isa limit) {
+  if (path == quant::LlamaCppPath::repack_q4_K_8x8 && type == TensorType::Q4_K)
+    return simd_llamacpp(limit) ? &avx2::llamacpp_rows<quant::LlamaCppPath::repack_q4_K_8x8, TensorType::Q4_K, true>
+                                : &llamacpp_rows<quant::LlamaCppPath::repack_q4_K_8x8, TensorType::Q4_K, true>;
+  return llamacpp_kernel(path, type, limit);
+}
+
+TileKernel llamacpp_kernel(quant::LlamaCppPath path, TensorType type, Isa limit) {
+  using P = quant::LlamaCppPath;
+  using T = TensorType;
+  const bool simd = simd_llamacpp(limit);
+  switch (path) {
+    case P::vec_dot:
+    case P::sgemm_q8_0:
+      return kernels_for(type, limit).q8;  // vec_dot's order: the default route's kernels
+    case P::tiled_kquant:
+      if (type == T::Q4_K) return simd ? &avx2::llamacpp_rows<P::tiled_kquant, T::Q4_K, false> : &llamacpp_rows<P::tiled_kquant, T::Q4_K>;
+      if (type == T::Q5_K) return simd ? &avx2::llamacpp_rows<P::tiled_kquant, T::Q5_K, false> : &llamacpp_rows<P::tiled_kquant, T::Q5_K>;
+      if (type == T::Q6_K) return simd ? &avx2::llamacpp_rows<P::tiled_kquant, T::Q6_K, false> : &llamacpp_rows<P::tiled_kquant, T::Q6_K>;
+      return nullptr;
+    case P::repack_q4_K_8x8:
+      if (type != T::Q4_K) return nullptr;
+      return simd ? &avx2::llamacpp_rows<P::repack_q4_K_8x8, T::Q4_K, false> : &llamacpp_rows<P::repack_q4_K_8x8, T::Q4_K>;
+    case P::vec_dot_f16:
+      if (type != T::F16) return nullptr;
+      return simd ? &avx2::llamacpp_rows<P::vec_dot_f16, T::F16, false> : &llamacpp_rows<P::vec_dot_f16, T::F16>;
+    case P::sgemm_f16:
+      if (type != T::F16) return nullptr;
+      return simd ? &avx2::llamacpp_rows<P::sgemm_f16, T::F16, false> : &llamacpp_rows<P::sgemm_f16, T::F16>;
+    case P::unsupported:
+      return nullptr;
+  }
+  return nullptr;
+}
+
 size_t kernel_scratch_bytes(int64_t hidden) {
   // The largest of: four rows decoded to f32 plus every token's activations converted to f32 (the
   // float kernels); one unpacked K-quant row (576 B per super-block) plus the prepared token-side
   // values (at most 320 B per super-block and token). Plus slack for alignment.
   const size_t floats = size_t(hidden) * sizeof(float) * (4 + kMaxKernelTokens);
   const size_t kquant = size_t((hidden + 255) / 256) * (576 + 320 * kMaxKernelTokens);
-  return std::max(floats, kquant) + 4096;
+  return std::max({floats, kquant, quant::llamacpp_unpacked_bytes(hidden)}) + 4096;
 }
 
 const char* isa_name(Isa isa) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "lmhead/lmhead.hpp"
+#include "quant/llamacpp_route.hpp"
 
 namespace lmhead::cpu {
 
@@ -56,6 +57,14 @@ Isa detect_isa();
 // Whether the CPU runs `isa` (scalar always).
 bool cpu_supports(Isa isa);
 
+// Route::llamacpp: the portable kernel for llama.cpp's path `path` on `type` heads (the reference
+// dots of quant/llamacpp_route.cpp, row by row); nullptr when the path does not apply to the type.
+// At the best level available up to `limit` (AVX2 or the portable loops).
+TileKernel llamacpp_kernel(quant::LlamaCppPath path, TensorType type, Isa limit);
+// The kernel for the tokens in whole groups of 4 (quant::in_group_of_4): the repacked Q4_K path's
+// gemm, another order than its gemv; the same as llamacpp_kernel for every other path.
+TileKernel llamacpp_grouped_kernel(quant::LlamaCppPath path, TensorType type, Isa limit);
+
 struct KernelSet {
   TileKernel q8 = nullptr;   // the q8 activation route (activations in quant::activation_format)
   TileKernel f32 = nullptr;  // the f32 route (activations are the normed f32 values)
@@ -82,6 +91,9 @@ void q8_0_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void f16_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void bf16_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void f32_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+// Route llamacpp's paths (llamacpp_avx2.cpp; instantiated there for the paths each type takes).
+template <quant::LlamaCppPath Path, TensorType Type, bool Grouped>
+void llamacpp_rows(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 }  // namespace avx2
 
 namespace avx512 {

@@ -8,6 +8,7 @@
 #include "backend/head_math.hpp"
 #include "ops/rmsnorm.hpp"
 #include "quant/activation.hpp"
+#include "quant/llamacpp_route.hpp"
 #include "quant/vec_dot.hpp"
 
 namespace lmhead {
@@ -34,10 +35,13 @@ class ScalarBackend final : public Backend {
   explicit ScalarBackend(const HeadView& head) : head_(head) {}
   std::string name() const override { return "scalar"; }
   bool takes_normed_input() const override { return true; }
+  bool takes_llamacpp_route() const override { return true; }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
     const int64_t H = head_.hidden, V = head_.vocab;
-    const auto fmt = quant::activation_format(head_.type, req.activations);
+    const bool llamacpp = req.route == Route::llamacpp;
+    const auto fmt = llamacpp ? quant::llamacpp_activation_format(req.llamacpp_path, head_.type)
+                              : quant::activation_format(head_.type, req.activations);
     const size_t act_bytes = quant::activation_bytes(fmt, H);
     const CapParams cap = cap_params(head_, req.softcap);
     const bool has_cap = cap.cap != 0.0f;
@@ -61,15 +65,25 @@ class ScalarBackend final : public Backend {
         ops::rmsnorm(hidden + t * H, head_.gamma, H, head_.eps, normed.data() + t * H);
     clock.lap("norm");
 
-    for (int t = 0; t < tokens; ++t)
-      quant::quantize_activations(fmt, normed.data() + t * H, H, acts.data() + t * act_bytes);
+    // A pass holds whole groups of 4 of the call's tokens (passes are 16 tokens but the last), so the
+    // repacked path's per-group quantization is decided by the pass's own count.
+    for (int t = 0; t < tokens; ++t) {
+      if (llamacpp)
+        quant::quantize_llamacpp_activations(req.llamacpp_path, head_.type, normed.data() + t * H, H, t, tokens,
+                                             acts.data() + t * act_bytes);
+      else
+        quant::quantize_activations(fmt, normed.data() + t * H, H, acts.data() + t * act_bytes);
+    }
     clock.lap("quantize");
 
     std::vector<float> scratch(H);
     for (int64_t r = 0; r < V; ++r) {
       const uint8_t* row = head_.weights + r * head_.row_bytes;
       for (int t = 0; t < tokens; ++t) {
-        raw[t * V + r] = req.activations == ActivationRoute::q8
+        raw[t * V + r] = llamacpp
+            ? quant::llamacpp_dot(req.llamacpp_path, head_.type, row, acts.data() + t * act_bytes, H,
+                                  quant::in_group_of_4(req.llamacpp_path, t, tokens))
+            : req.activations == ActivationRoute::q8
             ? quant::vec_dot_q8_route(head_.type, row, acts.data() + t * act_bytes, H)
             : quant::vec_dot_f32_route(head_.type, row, normed.data() + t * H, H, scratch.data());
       }

@@ -10,6 +10,7 @@
 #include "model/resources.hpp"
 #include "sample/sampler.hpp"
 #include "sample/verify.hpp"
+#include "quant/llamacpp_route.hpp"
 #include "lmhead/lmhead.hpp"
 
 namespace lmhead {
@@ -20,6 +21,7 @@ constexpr int kMaxTokensPerPass = 16;
 template <class E>
 struct Names { E value; std::string_view name; };
 constexpr Names<ActivationRoute> kActivationNames[] = {{ActivationRoute::q8, "q8"}, {ActivationRoute::f32, "f32"}};
+constexpr Names<Route> kRouteNames[] = {{Route::vec_dot, "vec_dot"}, {Route::llamacpp, "llamacpp"}};
 constexpr Names<SoftcapRoute> kSoftcapNames[] = {{SoftcapRoute::nodes, "nodes"}, {SoftcapRoute::fused, "fused"}};
 constexpr Names<BackendKind> kBackendNames[] = {
     {BackendKind::scalar, "scalar"}, {BackendKind::cpu, "cpu"}, {BackendKind::cuda, "cuda"}};
@@ -47,6 +49,15 @@ void add_times(std::vector<StageTime>& to, const std::vector<StageTime>& from) {
 
 std::string_view to_string(ActivationRoute v) { return name_of(kActivationNames, v); }
 std::string_view to_string(SoftcapRoute v) { return name_of(kSoftcapNames, v); }
+std::string_view to_string(Route v) { return name_of(kRouteNames, v); }
+bool parse(std::string_view s, Route& v) { return parse_name(kRouteNames, s, v); }
+
+std::string llamacpp_path(const HeadConfig& c, int tokens, std::string* why) {
+  std::string_view w;
+  const auto p = quant::llamacpp_path(c.head_type, c.vocab, c.hidden, tokens, &w);
+  if (why) *why = std::string(w);
+  return std::string(quant::path_name(p));
+}
 std::string_view to_string(BackendKind v) { return name_of(kBackendNames, v); }
 bool parse(std::string_view s, ActivationRoute& v) { return parse_name(kActivationNames, s, v); }
 bool parse(std::string_view s, SoftcapRoute& v) { return parse_name(kSoftcapNames, s, v); }
@@ -109,6 +120,19 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
   if (options.input == InputKind::normed && !backend_->takes_normed_input())
     throw Error("the " + backend_->name() + " backend does not take already-normed input (--input normed) yet; " +
                 "use the cpu or scalar backend");
+  const auto path = quant::llamacpp_path(c.head_type, c.vocab, c.hidden, tokens);
+  if (options.route == Route::llamacpp) {
+    if (options.activations != ActivationRoute::q8)
+      throw Error("route llamacpp reproduces llama.cpp's quantized activations: it needs --activations q8");
+    if (!backend_->takes_llamacpp_route())
+      throw Error("route llamacpp: the " + backend_->name() + " backend does not compute llama.cpp's " +
+                  std::string(quant::path_name(path)) + " path yet; use the cpu or scalar backend");
+    if (path == quant::LlamaCppPath::unsupported) {
+      std::string why;
+      llamacpp_path(c, tokens, &why);
+      throw Error("route llamacpp: " + std::string(tensor_type_name(c.head_type)) + " heads are " + why);
+    }
+  }
   if (options.top_k < 0 || options.top_k > c.vocab)
     throw Error("top-k must be between 0 and the vocabulary size " + std::to_string(c.vocab));
   sample::validate(options.sampling, c.vocab, tokens);
@@ -125,6 +149,8 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
   req.input_normed = options.input == InputKind::normed;
   req.activations = options.activations;
   req.softcap = options.softcap;
+  req.route = options.route;
+  req.llamacpp_path = path;
   req.top_k = options.top_k;
   req.logprobs = options.logprobs;
   req.want_logits = options.want_logits || sample_from_logits;
@@ -135,6 +161,11 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
   RunResult result;
   result.tokens = tokens;
   result.backend = backend_->name();
+  result.llamacpp_path = std::string(quant::path_name(path));
+  // vec_dot reproduces llama.cpp wherever llama.cpp's path has vec_dot's order (Q8_0's sgemm has).
+  result.reproduces_llamacpp = options.activations == ActivationRoute::q8 &&
+      (options.route == Route::llamacpp || path == quant::LlamaCppPath::vec_dot ||
+       path == quant::LlamaCppPath::sgemm_q8_0);
   for (int first = 0; first < tokens; first += kMaxTokensPerPass) {
     const int n = std::min(kMaxTokensPerPass, tokens - first);
     ForwardOutput out;

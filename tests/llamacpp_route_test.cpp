@@ -1,0 +1,95 @@
+// Route llamacpp beyond the public sets' shape (one super-block per row, 128 rows): heads of 1,024 columns
+// (four super-blocks, 64 F16 sgemm steps), any token count. The cpu backend's kernels (rows
+// unpacked once per call) must give the scalar backend's bytes, in shards too; and the engine's
+// 16-token passes must not change the path's per-token order: the scalar backend's raw logits are
+// recomputed here token by token from the call's token count (the repacked Q4_K path quantizes and
+// multiplies whole groups of 4 of the call's tokens differently from the rest).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "lmhead/lmhead.hpp"
+#include "ops/rmsnorm.hpp"
+#include "quant/llamacpp_route.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace lmhead;
+using namespace lmhead::testing;
+
+std::vector<float> hidden_states(int tokens, int64_t H, uint64_t seed) {
+  std::vector<float> h(size_t(tokens) * H);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < h.size(); ++i) {
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    const float u = float(int64_t(x % 2000001) - 1000000) / 1e6f;
+    h[i] = u * (1.0f + float(i / size_t(H) % 5));  // tokens of different magnitudes
+  }
+  return h;
+}
+
+class LlamaCppRouteShapes : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LlamaCppRouteShapes, CpuEqualsScalarAndPassesKeepTheCallsOrder) {
+  const std::string type = GetParam();
+  TempDir dir;
+  const std::string m = dir.file("h.gguf");
+  // 1,544 rows: a multiple of 8 (Q4_K repacked) and of 4 (F16 sgemm), split into 3 shards of whole
+  // 512-row chunks whose last one (520 rows) is neither: the path must stay the whole head's.
+  const CommandResult made = run_command(cli() + " make " + m + " --vocab 1544 --hidden 1024 --type " + type + " --seed 5");
+  ASSERT_EQ(made.status, 0) << made.output;
+  auto model = Model::open(m);
+  const HeadConfig& c = model->config();
+  Engine scalar(model, {.backend = BackendKind::scalar});
+  Engine cpu(model, {.backend = BackendKind::cpu, .threads = 2});
+  Engine sharded(model, {.backend = BackendKind::cpu, .threads = 2, .shards = 3});
+  for (int T : {1, 2, 4, 7, 8, 13, 21}) {
+    const std::vector<float> h = hidden_states(T, c.hidden, uint64_t(T));
+    RunOptions opts;
+    opts.route = Route::llamacpp;
+    opts.want_logits = true;
+    opts.want_stages = true;
+    const RunResult want = scalar.run(h, T, opts);
+    EXPECT_EQ(want.llamacpp_path, llamacpp_path(c, T));
+    EXPECT_TRUE(same_bytes(cpu.run(h, T, opts).logits, want.logits)) << type << " T = " << T;
+    EXPECT_TRUE(same_bytes(sharded.run(h, T, opts).logits, want.logits)) << type << " T = " << T << ", 3 shards";
+
+    const quant::LlamaCppPath path = quant::llamacpp_path(c.head_type, c.vocab, c.hidden, T);
+    const auto fmt = quant::llamacpp_activation_format(path, c.head_type);
+    const size_t ab = quant::activation_bytes(fmt, c.hidden);
+    std::vector<uint8_t> act(ab);
+    std::vector<float> normed(c.hidden), raw(size_t(T) * c.vocab);
+    for (int t = 0; t < T; ++t) {
+      ops::rmsnorm(h.data() + size_t(t) * c.hidden, model->norm_weight(), c.hidden, c.eps, normed.data());
+      quant::quantize_llamacpp_activations(path, c.head_type, normed.data(), c.hidden, t, T, act.data());
+      for (int64_t r = 0; r < c.vocab; ++r)
+        raw[size_t(t) * c.vocab + r] = quant::llamacpp_dot(path, c.head_type, model->head_weights() + r * c.row_bytes,
+                                                           act.data(), c.hidden, quant::in_group_of_4(path, t, T));
+    }
+    EXPECT_TRUE(same_bytes(want.stages.raw, raw)) << type << " T = " << T;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadTypes, LlamaCppRouteShapes, ::testing::Values("q4_K", "q5_K", "q6_K", "q8_0", "f16"));
+
+// A Q4_K head whose rows are not a multiple of 8 is not repacked by llama.cpp: vec_dot below 8
+// tokens, the tiled matmul from 8.
+TEST(LlamaCppRouteShapes, Q4KWithoutRepackTakesTheTiledPath) {
+  TempDir dir;
+  const std::string m = dir.file("h.gguf");
+  ASSERT_EQ(run_command(cli() + " make " + m + " --vocab 130 --hidden 256 --type q4_K --seed 2").status, 0);
+  auto model = Model::open(m);
+  EXPECT_EQ(llamacpp_path(model->config(), 4), "vec_dot");
+  EXPECT_EQ(llamacpp_path(model->config(), 8), "tiled_kquant");
+  Engine scalar(model, {.backend = BackendKind::scalar});
+  Engine cpu(model, {.backend = BackendKind::cpu, .threads = 2});
+  const std::vector<float> h = hidden_states(9, 256, 9);
+  RunOptions opts;
+  opts.route = Route::llamacpp;
+  opts.want_logits = true;
+  EXPECT_TRUE(same_bytes(cpu.run(h, 9, opts).logits, scalar.run(h, 9, opts).logits));
+}
+
+}  // namespace
