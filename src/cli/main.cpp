@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   add(lmhead::cli::register_run);
   add(lmhead::cli::register_make);
   add(lmhead::cli::register_bench);
+  add(lmhead::cli::register_compare);
+  add(lmhead::cli::register_quantize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
