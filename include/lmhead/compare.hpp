@@ -74,6 +74,9 @@ struct Comparison {
   int top_k = 0;
   double max_abs = 0, mean_abs = 0;
   int64_t differing = 0;   // f32 bit patterns differ (+0 and -0 count as equal)
+  // Over f32 bit patterns ordered like the floats: two values of opposite sign are as many ulps
+  // apart as there are floats between them, so near-zero logits of opposite sign give distances
+  // near 2^31 while |a - b| stays tiny; read max_ulp beside max_abs.
   int64_t max_ulp = 0;
   int64_t argmax_agree = 0;  // tokens whose argmax is the same
   double topk_overlap = 1;   // mean over tokens

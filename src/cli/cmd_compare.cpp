@@ -1,6 +1,7 @@
 // `lmhead compare A B`: two engines' logits under a bounded-logit policy (numerics.md §9). A thin
 // client of lmhead/compare.hpp; exit 0 when the policy holds, 1 when it is violated, 2 on bad input.
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.hpp"
