@@ -19,6 +19,8 @@ Action register_make(CLI::App& app);
 Action register_bench(CLI::App& app);
 Action register_demo(CLI::App& app);
 Action register_verify(CLI::App& app);
+Action register_compare(CLI::App& app);
+Action register_quantize(CLI::App& app);
 
 using lmhead::with_commas;
 // A single-line progress bar on stderr, redrawn at most every 1 % (and only once when not a TTY).

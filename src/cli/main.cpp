@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   add(lmhead::cli::register_make);
   add(lmhead::cli::register_bench);
   add(lmhead::cli::register_verify);
+  add(lmhead::cli::register_compare);
+  add(lmhead::cli::register_quantize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

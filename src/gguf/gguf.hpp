@@ -127,6 +127,8 @@ class Writer {
   void add_string(std::string key, std::string v);
   void add_string_array(std::string key, std::vector<std::string> v);
   void add_f32_array(std::string key, std::vector<float> v);
+  // A value as a reader holds it, any type (arrays of arrays are refused): copies a file's metadata.
+  void add_value(std::string key, const Value& v);
   // dims in ggml order (dim 0 contiguous); trailing dims of 1 are dropped as ggml does.
   void add_tensor(std::string name, TensorType type, std::vector<int64_t> dims, Fill fill);
   void add_tensor(std::string name, TensorType type, std::vector<int64_t> dims, std::vector<uint8_t> bytes);

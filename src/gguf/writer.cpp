@@ -164,6 +164,65 @@ void Writer::add_f32_array(std::string key, std::vector<float> v) {
   push_item(std::move(item));
 }
 
+namespace {
+size_t scalar_bytes(ValueType t) {
+  switch (t) {
+    case ValueType::u8: case ValueType::i8: case ValueType::boolean: return 1;
+    case ValueType::u16: case ValueType::i16: return 2;
+    case ValueType::u32: case ValueType::i32: case ValueType::f32: return 4;
+    case ValueType::u64: case ValueType::i64: case ValueType::f64: return 8;
+    default: return 0;
+  }
+}
+
+void put_scalar(std::vector<uint8_t>& out, ValueType t, const Value& v) {
+  switch (t) {
+    case ValueType::u8: put<uint8_t>(out, uint8_t(v.u)); break;
+    case ValueType::i8: put<int8_t>(out, int8_t(v.i)); break;
+    case ValueType::boolean: put<uint8_t>(out, v.u ? 1 : 0); break;
+    case ValueType::u16: put<uint16_t>(out, uint16_t(v.u)); break;
+    case ValueType::i16: put<int16_t>(out, int16_t(v.i)); break;
+    case ValueType::u32: put<uint32_t>(out, uint32_t(v.u)); break;
+    case ValueType::i32: put<int32_t>(out, int32_t(v.i)); break;
+    case ValueType::f32: put<float>(out, float(v.f)); break;  // read from an f32: exact
+    case ValueType::u64: put<uint64_t>(out, v.u); break;
+    case ValueType::i64: put<int64_t>(out, v.i); break;
+    case ValueType::f64: put<double>(out, v.f); break;
+    default: break;
+  }
+}
+}  // namespace
+
+void Writer::add_value(std::string key, const Value& v) {
+  if (key == "general.alignment") {
+    if (v.type != ValueType::u32) refuse_alignment_key(key, to_string(v.type));
+    add_u32(std::move(key), uint32_t(v.u));
+    return;
+  }
+  if (v.type == ValueType::string) return add_string(std::move(key), std::string(v.s));
+  if (v.type != ValueType::array) {
+    if (scalar_bytes(v.type) == 0) throw Error("GGUF writer: key '" + key + "' has an unknown value type");
+    auto item = make_item(std::move(key), v.type);
+    put_scalar(item->encoded, v.type, v);
+    push_item(std::move(item));
+    return;
+  }
+  if (v.array_type == ValueType::string) {
+    std::vector<std::string> strings(v.strings.begin(), v.strings.end());
+    return add_string_array(std::move(key), std::move(strings));
+  }
+  const size_t width = scalar_bytes(v.array_type);
+  if (width == 0) throw Error("GGUF writer: key '" + key + "' is an array of " + std::string(to_string(v.array_type)) +
+                              ", which the writer does not copy");
+  auto item = make_item(std::move(key), ValueType::array);
+  put<int32_t>(item->encoded, static_cast<int32_t>(v.array_type));
+  put<uint64_t>(item->encoded, v.array_count);
+  const size_t at = item->encoded.size(), n = size_t(v.array_count) * width;
+  item->encoded.resize(at + n);
+  if (n) std::memcpy(item->encoded.data() + at, v.array_data, n);
+  push_item(std::move(item));
+}
+
 void Writer::add_tensor(std::string name, TensorType type, std::vector<int64_t> dims, Fill fill) {
   check_utf8(name, "tensor name '" + name + "'");
   for (const auto& t : tensors_)
