@@ -599,6 +599,100 @@ TEST(CudaBackend, GoldenFilesByteForByte) {
   }
 }
 
+// LayerNorm (with and without bias) and head biases (tests/data/README.md: made by ggml's CPU
+// backend): the file's scale and cap after the bias, every kernel variant, the bounded and the
+// forced sequential variance sum, from the hidden state and from the golden `normed` (--input normed).
+TEST(CudaBackend, LayerNormAndHeadBiasGoldenFilesByteForByte) {
+  SKIP_WITHOUT_GPU();
+  for (const char* stem : {"ln-phi2-q8_0-v301-h256", "ln-command-r-q5k-v263-h256", "bias-qwen2-q5k-v1031-h256"}) {
+    SCOPED_TRACE(stem);
+    auto model = Model::open(data_dir() + "/" + stem + ".gguf");
+    auto vectors = gguf::File::open(data_dir() + "/" + stem + ".vectors.gguf");
+    const HeadConfig& c = model->config();
+    HeadView h = head_view(*model);
+    h.logit_scale = float(vectors->find("tail.logit_scale")->as_number("tail.logit_scale"));
+    h.softcap = float(vectors->find("tail.softcap")->as_number("tail.softcap"));
+    auto tensor = [&](const char* name) {
+      const gguf::TensorInfo* t = vectors->find_tensor(name);
+      EXPECT_NE(t, nullptr) << name;
+      std::vector<float> v(size_t(t->elements()));
+      std::memcpy(v.data(), t->data, v.size() * 4);
+      return v;
+    };
+    const std::vector<float> hidden = tensor("hidden");
+    const int T = int(hidden.size() / size_t(c.hidden));
+    for (int variant = 0; variant < 7; ++variant) {  // as GoldenFilesByteForByte, then generic + sequential norm
+      auto gpu = make_cuda_backend(h, 1);
+      cuda::Tuning t;
+      t.stream_kernel = variant <= 1;
+      t.stream_tma = variant == 0;
+      t.tma_from_tokens = 0;
+      t.stream_max_tokens = 4;
+      t.stream_n_kernel = variant == 2;
+      t.lanes_kernel = variant == 3;
+      t.use_mma = variant < 5;
+      t.force_sequential_norm = variant == 6;
+      cuda::set_tuning(*gpu, t);
+      for (bool normed_input : {false, true}) {
+        SCOPED_TRACE("variant " + std::to_string(variant) + (normed_input ? ", --input normed" : ", hidden"));
+        ForwardRequest req;
+        req.want_stages = true;
+        req.input_normed = normed_input;
+        const ForwardOutput out = run(*gpu, normed_input ? tensor("normed") : hidden, T, req);
+        EXPECT_TRUE(same_floats(tensor("normed"), out.stages.normed, "normed vs golden"));
+        EXPECT_TRUE(same_floats(tensor("logits_raw"), out.stages.raw, "raw vs golden"));
+        EXPECT_TRUE(same_floats(tensor("logits_scaled"), out.stages.scaled, "scaled vs golden"));
+        EXPECT_TRUE(same_floats(tensor("logits_div"), out.stages.div, "div vs golden"));
+        EXPECT_TRUE(same_floats(tensor("logits_tanh"), out.stages.tanh, "tanh vs golden"));
+        EXPECT_TRUE(same_floats(tensor("logits_capped"), out.logits, "capped vs golden"));
+      }
+    }
+  }
+}
+
+// --input normed through the engine on the cuda backend, one shard and, where the vocabulary has
+// two whole 512-row chunks, two (the multi-GPU wrapper, round-robin on the GPUs there are): the
+// golden `normed` in, the golden logits out; then the same engine from the hidden state.
+TEST(CudaBackend, NormedInputGivesTheGoldenLogits) {
+  SKIP_WITHOUT_GPU();
+  const std::pair<const char*, const char*> sets[] = {
+      {"tail-q5k-v4099-h512", "logits_capped"}, {"tail-q5k-v4096-h256", "logits_capped"},
+      {"tail-q6k-v4101-h768", "logits_capped"}, {"ln-phi2-q8_0-v301-h256", "logits_raw"},
+      {"ln-command-r-q5k-v263-h256", "logits_scaled"}, {"bias-qwen2-q5k-v1031-h256", "logits_raw"}};
+  for (const auto& [stem, final_stage] : sets) {
+    SCOPED_TRACE(stem);
+    auto model = Model::open(data_dir() + "/" + stem + ".gguf");
+    auto vectors = gguf::File::open(data_dir() + "/" + stem + ".vectors.gguf");
+    auto tensor = [&](const char* name) {
+      const gguf::TensorInfo* t = vectors->find_tensor(name);
+      EXPECT_NE(t, nullptr) << name;
+      std::vector<float> v(size_t(t->elements()));
+      std::memcpy(v.data(), t->data, v.size() * 4);
+      return v;
+    };
+    const std::vector<float> normed = tensor("normed"), hidden = tensor("hidden");
+    const int T = int(normed.size() / size_t(model->config().hidden));
+    for (int shards : {1, 2}) {
+      if (shards > 1 && model->config().vocab < 1024) continue;  // two shards need two whole 512-row chunks
+      Engine engine(model, EngineOptions{.backend = BackendKind::cuda, .shards = shards});
+      RunOptions opts;
+      opts.input = InputKind::normed;
+      opts.want_stages = shards == 1;
+      opts.want_logits = true;
+      const RunResult r = engine.run(normed, T, opts);
+      EXPECT_TRUE(same_floats(tensor(final_stage), r.logits, "normed in: logits vs golden")) << shards << " shards";
+      if (shards == 1) {
+        EXPECT_TRUE(same_floats(normed, r.stages.normed, "normed in: normed stage"));
+      }
+      // The same engine from the hidden state: the architecture's own final norm.
+      RunOptions from_hidden;
+      from_hidden.want_logits = true;
+      EXPECT_TRUE(same_floats(tensor(final_stage), engine.run(hidden, T, from_hidden).logits, "hidden in: logits vs golden"))
+          << shards << " shards";
+    }
+  }
+}
+
 TEST(CudaBackend, EngineRefusesNonFiniteInput) {
   SKIP_WITHOUT_GPU();
   auto model = Model::open(data_dir() + "/tail-q5k-v4096-h256.gguf");

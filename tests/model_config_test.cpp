@@ -23,6 +23,9 @@ struct Spec {
   TensorType type = TensorType::Q5_K;
   int64_t declared_hidden = 0;  // embedding_length when nonzero
   bool scale_as_string = false;
+  // output_norm.bias / output.bias: element count 0 means absent.
+  int64_t norm_bias = 0, head_bias = 0;
+  TensorType bias_type = TensorType::F32;
 };
 
 std::string write_model(const TempDir& dir, const Spec& s, const std::string& name = "m.gguf") {
@@ -54,6 +57,16 @@ std::string write_model(const TempDir& dir, const Spec& s, const std::string& na
     quant::quantize_row(s.type, values.data(), head.data() + r * row, s.hidden);
   }
   w.add_tensor(s.head_name, s.type, {s.hidden, s.vocab}, head);
+  auto add_bias = [&](const std::string& tensor, int64_t n) {
+    if (n == 0) return;
+    const size_t width = s.bias_type == TensorType::F32 ? 4 : 2;  // F32 or F16 (zeros either way)
+    std::vector<uint8_t> b(size_t(n) * width);
+    if (width == 4)
+      for (int64_t i = 0; i < n; ++i) { const float v = float(i % 7) * 0.125f; std::memcpy(&b[size_t(i) * 4], &v, 4); }
+    w.add_tensor(tensor, s.bias_type, {n}, b);
+  };
+  add_bias("output_norm.bias", s.norm_bias);
+  add_bias("output.bias", s.head_bias);
   w.write(dir.file(name));
   return dir.file(name);
 }
@@ -269,7 +282,21 @@ TEST(ModelConfig, OverrideSyntax) {
     EXPECT_THROW(MetadataOverride::parse(bad), Error) << bad;
 }
 
-TEST(ModelConfig, LayerNormAndHeadBiasArchitecturesAreRecordedAndRefusedByTheEngine) {
+std::string run_error(const std::shared_ptr<const Model>& m, BackendKind backend) {
+  try {
+    Engine e(m, {.backend = backend});
+    std::vector<float> h(size_t(m->config().hidden), 1.0f);
+    e.run(h, 1);
+  } catch (const Error& err) {
+    return err.what();
+  }
+  return "";
+}
+
+// The LayerNorm and head-bias architectures run on the CPU backends; their numbers are checked
+// byte for byte against ggml in tests/layernorm_golden_test.cpp. Here: the tensors each rule needs,
+// refused by name when missing or malformed.
+TEST(ModelConfig, LayerNormAndHeadBiasArchitecturesRunAndTheirTensorsAreChecked) {
   TempDir dir;
   {
     Spec s;
@@ -278,16 +305,9 @@ TEST(ModelConfig, LayerNormAndHeadBiasArchitecturesAreRecordedAndRefusedByTheEng
     auto m = Model::open(write_model(dir, s, "cr.gguf"));
     EXPECT_EQ(m->config().final_norm, "layernorm");
     EXPECT_EQ(m->config().logit_scale, 0.25f);
-    Engine e(m, {.backend = BackendKind::scalar});
-    std::vector<float> h(256, 1.0f);
-    try {
-      e.run(h, 1);
-      ADD_FAILURE() << "hidden input through a LayerNorm architecture ran";
-    } catch (const Error& err) {
-      EXPECT_NE(std::string(err.what()).find("architecture 'command-r' uses LayerNorm for its final norm"), std::string::npos)
-          << err.what();
-    }
-    EXPECT_NO_THROW(e.run(h, 1, {.input = InputKind::normed}));  // the norm is not needed
+    EXPECT_FALSE(m->config().has_norm_bias);
+    EXPECT_EQ(m->norm_bias(), nullptr);
+    for (BackendKind b : {BackendKind::scalar, BackendKind::cpu}) EXPECT_EQ(run_error(m, b), "");
   }
   {
     Spec s;
@@ -298,23 +318,56 @@ TEST(ModelConfig, LayerNormAndHeadBiasArchitecturesAreRecordedAndRefusedByTheEng
   }
   {
     Spec s;
-    s.arch = "gpt2";
+    s.arch = "gpt2";  // LayerNorm + bias: output_norm.bias required
+    EXPECT_NE(open_error(write_model(dir, s, "gpt2-nob.gguf")).find("'output_norm.bias' (the final LayerNorm's bias) is missing"),
+              std::string::npos);
+    s.norm_bias = s.hidden - 1;
+    EXPECT_NE(open_error(write_model(dir, s, "gpt2-short.gguf")).find("'output_norm.bias' (the final LayerNorm's bias) has 255 elements"),
+              std::string::npos);
+    s.norm_bias = s.hidden;
+    s.bias_type = TensorType::F16;
+    EXPECT_NE(open_error(write_model(dir, s, "gpt2-f16.gguf")).find("'output_norm.bias' (the final LayerNorm's bias) must be f32, found f16"),
+              std::string::npos) << open_error(dir.file("gpt2-f16.gguf"));
+    s.bias_type = TensorType::F32;
     auto m = Model::open(write_model(dir, s, "gpt2.gguf"));
     EXPECT_EQ(m->config().final_norm, "layernorm+bias");
-    Engine e(m, {.backend = BackendKind::scalar});
-    std::vector<float> h(256, 1.0f);
-    try {
-      e.run(h, 1);
-      ADD_FAILURE();
-    } catch (const Error& err) {
-      EXPECT_NE(std::string(err.what()).find("architecture 'gpt2' uses LayerNorm with bias for its final norm, which lmhead "
-                                             "does not compute yet"), std::string::npos) << err.what();
-    }
+    EXPECT_TRUE(m->config().has_norm_bias);
+    ASSERT_NE(m->norm_bias(), nullptr);
+    EXPECT_EQ(m->norm_bias()[3], 0.375f);
+    EXPECT_FALSE(m->config().has_head_bias);
+    for (BackendKind b : {BackendKind::scalar, BackendKind::cpu}) EXPECT_EQ(run_error(m, b), "");
   }
   {
     Spec s;
-    s.arch = "phi2";  // output.bias required
-    EXPECT_NE(open_error(write_model(dir, s, "phi2.gguf")).find("output.bias"), std::string::npos);
+    s.arch = "phi2";  // output_norm.bias and output.bias required
+    s.norm_bias = s.hidden;
+    EXPECT_NE(open_error(write_model(dir, s, "phi2.gguf")).find("'output.bias' (the head's bias) is missing"), std::string::npos);
+    s.head_bias = s.vocab + 1;
+    EXPECT_NE(open_error(write_model(dir, s, "phi2-long.gguf")).find("'output.bias' (the head's bias) has 301 elements, the head's vocabulary is 300"),
+              std::string::npos);
+    s.head_bias = s.vocab;
+    auto m = Model::open(write_model(dir, s, "phi2-ok.gguf"));
+    EXPECT_TRUE(m->config().has_head_bias);
+    ASSERT_NE(m->head_bias(), nullptr);
+    EXPECT_EQ(m->head_bias()[299], float(299 % 7) * 0.125f);
+    for (BackendKind b : {BackendKind::scalar, BackendKind::cpu}) EXPECT_EQ(run_error(m, b), "");
+  }
+  {
+    Spec s;
+    s.arch = "qwen2";  // output.bias optional: used when present
+    auto m = Model::open(write_model(dir, s, "qwen2.gguf"));
+    EXPECT_FALSE(m->config().has_head_bias);
+    s.head_bias = s.vocab;
+    m = Model::open(write_model(dir, s, "qwen2-b.gguf"));
+    EXPECT_TRUE(m->config().has_head_bias);
+    EXPECT_EQ(m->config().final_norm, "rmsnorm");
+    EXPECT_EQ(run_error(m, BackendKind::cpu), "");
+  }
+  {
+    Spec s;  // an architecture without a head bias in its graph ignores an output.bias in the file
+    s.arch = "llama";
+    s.head_bias = s.vocab;
+    EXPECT_FALSE(Model::open(write_model(dir, s, "llama-b.gguf"))->config().has_head_bias);
   }
 }
 

@@ -121,7 +121,8 @@ struct HeadConfig {
   ValueSource logit_scale_from = ValueSource::not_applied;
   ValueSource softcap_from = ValueSource::not_applied;
   ValueSource eps_from = ValueSource::arch_default;
-  bool has_head_bias = false;      // output.bias is added to the logits (not computed yet: refused)
+  bool has_head_bias = false;      // output.bias is added to the raw logits, before scale and cap
+  bool has_norm_bias = false;      // output_norm.bias is added after gamma (LayerNorm + bias)
   std::vector<std::string> overrides;  // the overrides given, as KEY=TYPE:VALUE
 };
 
@@ -142,6 +143,8 @@ class Model {
   const std::string& path() const;
   const uint8_t* head_weights() const;  // vocab rows of row_bytes, in the mapped file
   const float* norm_weight() const;     // gamma, hidden f32 (aligned copy if the file's is not)
+  const float* norm_bias() const;       // beta, hidden f32, or nullptr (no output_norm.bias)
+  const float* head_bias() const;       // output.bias, vocab f32, or nullptr
   bool has_token_texts() const;
   std::string_view token_text(int64_t id) const;  // "" when the file has no token table
 

@@ -1,6 +1,6 @@
 #pragma once
 // The seam between the model layer and the compute backends (scalar, cpu SIMD, cuda).
-// A backend owns everything per call: RMSNorm, activation quantization, the head, scale, cap and
+// A backend owns everything per call: the final norm (RMSNorm or LayerNorm), activation quantization, the head, scale, cap and
 // the per-token summaries (argmax, ties, top-k, sum of exponentials), so a fast backend can fuse
 // them into one pass while the scalar backend computes them stage by stage as the oracle.
 #include <memory>
@@ -21,6 +21,9 @@ struct HeadView {
   int64_t hidden = 0;
   uint64_t row_bytes = 0;
   const float* gamma = nullptr;      // hidden f32
+  bool layer_norm = false;           // LayerNorm (ggml_norm) instead of RMSNorm
+  const float* beta = nullptr;       // hidden f32 added after gamma (LayerNorm + bias), or nullptr
+  const float* head_bias = nullptr;  // vocab f32 (this view's rows) added to the raw logits, or nullptr
   float eps = 1e-5f;
   float logit_scale = 1.0f;
   float softcap = 0.0f;              // 0: scale only
@@ -36,6 +39,9 @@ inline HeadView head_view(const Model& m) {
   h.hidden = c.hidden;
   h.row_bytes = c.row_bytes;
   h.gamma = m.norm_weight();
+  h.layer_norm = c.final_norm != "rmsnorm";
+  h.beta = m.norm_bias();
+  h.head_bias = m.head_bias();
   h.eps = c.eps;
   h.logit_scale = c.logit_scale;
   h.softcap = c.softcap;

@@ -25,6 +25,7 @@ HeadView shard_view(const HeadView& head, int64_t first, int64_t last) {
   HeadView v = head;
   v.weights = head.weights + uint64_t(first) * head.row_bytes;
   v.vocab = last - first;
+  if (head.head_bias) v.head_bias = head.head_bias + first;
   return v;
 }
 

@@ -69,7 +69,7 @@ Action register_info(CLI::App& app) {
     else
       std::printf("soft cap      %.9g%s\n", c.softcap, from(c.softcap_from).c_str());
     std::printf("norm eps      %.9g (%s)%s\n", c.eps, c.eps_key.c_str(), from(c.eps_from).c_str());
-    if (c.has_head_bias) std::printf("head bias     'output.bias' (not computed by lmhead yet: run refuses this head)\n");
+    if (c.has_head_bias) std::printf("head bias     'output.bias' (added to the raw logits, before scale and cap)\n");
     for (const std::string& o : c.overrides) std::printf("override      %s\n", o.c_str());
     for (const PathRange& r : llamacpp_path_ranges(c)) {
       const std::string ts = r.last == 0 ? "T >= " + std::to_string(r.first)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/final_norm.hpp"
 #include "backend/head_math.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cpu/epilogue.hpp"
@@ -20,7 +21,6 @@
 #include "cpu/read_stream.hpp"
 #include "cpu/thread_pool.hpp"
 #include "lmhead/error.hpp"
-#include "ops/rmsnorm.hpp"
 #include "quant/activation.hpp"
 
 namespace lmhead {
@@ -118,7 +118,7 @@ void CpuBackend::forward(const float* hidden, int tokens, const ForwardRequest& 
     std::copy(hidden, hidden + size_t(tokens) * H, normed_.begin());
   else
     for (int t = 0; t < tokens; ++t)
-      ops::rmsnorm(hidden + size_t(t) * H, head_.gamma, H, head_.eps, normed_.data() + size_t(t) * H);
+      final_norm(head_, hidden + size_t(t) * H, normed_.data() + size_t(t) * H);
   clock.lap("norm");
 
   TokenActs acts;
@@ -248,6 +248,11 @@ void CpuBackend::run_rows(int worker, const TokenActs& acts, const TileKernel ke
                                            w.kernel_scratch.get());
       t0 += slice.tokens;
     }
+
+    // llama.cpp's bias node follows the matmul: one f32 add per logit, before scale and cap.
+    if (head_.head_bias)
+      for (int t = 0; t < acts.tokens; ++t)
+        for (int64_t i = 0; i < n; ++i) raw[size_t(t) * kTileRows + i] += head_.head_bias[first + i];
 
     for (int t = 0; t < acts.tokens; ++t) {
       const float* tile_raw = raw + size_t(t) * kTileRows;

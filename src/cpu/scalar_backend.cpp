@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/final_norm.hpp"
 #include "backend/head_math.hpp"
-#include "ops/rmsnorm.hpp"
 #include "quant/activation.hpp"
 #include "quant/llamacpp_route.hpp"
 #include "quant/vec_dot.hpp"
@@ -62,7 +62,7 @@ class ScalarBackend final : public Backend {
       std::copy(hidden, hidden + size_t(tokens) * H, normed.begin());
     else
       for (int t = 0; t < tokens; ++t)
-        ops::rmsnorm(hidden + t * H, head_.gamma, H, head_.eps, normed.data() + t * H);
+        final_norm(head_, hidden + t * H, normed.data() + t * H);
     clock.lap("norm");
 
     // A pass holds whole groups of 4 of the call's tokens (passes are 16 tokens but the last), so the
@@ -88,6 +88,10 @@ class ScalarBackend final : public Backend {
             : quant::vec_dot_f32_route(head_.type, row, normed.data() + t * H, H, scratch.data());
       }
     }
+    // llama.cpp adds the head bias as its own node on the matmul's output, before any scale or cap.
+    if (head_.head_bias)
+      for (int t = 0; t < tokens; ++t)
+        for (int64_t r = 0; r < V; ++r) raw[t * V + r] += head_.head_bias[r];
     clock.lap("head");
 
     for (size_t i = 0; i < raw.size(); ++i) {

@@ -49,12 +49,13 @@ struct Shape {
   bool logits = false;
   bool stages = false;
   bool events = false;  // event nodes between the stages (Tuning::stage_events and the request asks for stage times)
+  bool input_normed = false;  // the prep kernel skips the norm (--input normed)
 
   std::string key(const Tuning& t) const {
     char buf[256];
     std::snprintf(buf, sizeof buf,
-                  "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d | %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", T, mma,
-                  lanes, stream, tma, stream_n, float_route, int(format), cap_mode, k, logprobs, logits, stages, events,
+                  "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d n%d | %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", T, mma,
+                  lanes, stream, tma, stream_n, float_route, int(format), cap_mode, k, logprobs, logits, stages, events, input_normed,
                   t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2, t.stage_events, t.force_sequential_norm, t.stream_warps,
                   t.stream_tma, t.tma_ring, t.stream_n_kernel, t.stream_n_warps, t.stream_walk_only, t.tma_from_tokens,
                   t.stream_warps_t2, t.stream_max_tokens);
@@ -95,6 +96,14 @@ class CudaBackend final : public Backend {
     const int64_t H = head.hidden, V = head.vocab;
     gamma_.reset(size_t(H), stream_);
     CUDA_CHECK(cudaMemcpyAsync(gamma_.get(), head.gamma, size_t(H) * 4, cudaMemcpyHostToDevice, stream_));
+    if (head.beta) {
+      beta_.reset(size_t(H), stream_);
+      CUDA_CHECK(cudaMemcpyAsync(beta_.get(), head.beta, size_t(H) * 4, cudaMemcpyHostToDevice, stream_));
+    }
+    if (head.head_bias) {
+      head_bias_.reset(size_t(V), stream_);
+      CUDA_CHECK(cudaMemcpyAsync(head_bias_.get(), head.head_bias, size_t(V) * 4, cudaMemcpyHostToDevice, stream_));
+    }
     const size_t groups256 = size_t(H + 255) / 256;
     act_qs_.reset(groups256 * kMaxTokens * kActPitch, stream_);
     act_d_.reset(size_t(H + 31) / 32 * kMaxTokens, stream_);
@@ -125,6 +134,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return device_ == 0 ? "cuda" : "cuda:" + std::to_string(device_); }
+  bool takes_normed_input() const override { return true; }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
     if (tokens < 1 || tokens > kMaxTokens)
@@ -313,6 +323,7 @@ class CudaBackend final : public Backend {
     s.logits = req.want_logits;
     s.stages = req.want_stages;
     s.events = tuning_.stage_events && req.want_stage_times;
+    s.input_normed = req.input_normed;
     return s;
   }
 
@@ -511,6 +522,9 @@ class CudaBackend final : public Backend {
     PrepParams pp;
     pp.hidden = shared_input_ != nullptr ? shared_input_ : hidden_.device();
     pp.gamma = gamma_.get();
+    pp.layer_norm = head_.layer_norm ? 1 : 0;
+    pp.beta = head_.beta ? beta_.get() : nullptr;
+    pp.input_normed = s.input_normed ? 1 : 0;
     pp.H = int(H);
     pp.T = s.T;
     pp.eps = head_.eps;
@@ -542,6 +556,7 @@ class CudaBackend final : public Backend {
     hp.act_lanes = act_lanes_.get();
     hp.act_f = act_f_.get();
     const CapParams cp = cap_params(head_, s.cap_mode == kCapFused ? SoftcapRoute::fused : SoftcapRoute::nodes);
+    hp.head_bias = head_.head_bias ? head_bias_.get() : nullptr;
     hp.logit_scale = cp.logit_scale;
     hp.cap = cp.cap;
     hp.inv_cap = cp.inv_cap;
@@ -762,6 +777,8 @@ class CudaBackend final : public Backend {
   DeviceArray<uint8_t> stream_n_weights_;
   DeviceArray<uint16_t> aux_;
   DeviceArray<float> gamma_;
+  DeviceArray<float> beta_;       // LayerNorm + bias only
+  DeviceArray<float> head_bias_;  // output.bias only
   DeviceArray<int8_t> act_qs_;
   DeviceArray<float> act_d_;
   DeviceArray<uint32_t> act_bsp_;

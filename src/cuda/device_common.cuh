@@ -68,6 +68,13 @@ __device__ __forceinline__ int nearest_int_dev(float f) {
 constexpr int kMagicBits = 0x4B400000;
 constexpr float kMagic = 12582912.0f;
 
+// llama.cpp adds the head bias as its own node on the matmul's output (phi2, qwen2 with
+// output.bias), so every epilogue adds it, one f32 add, before apply_cap; the biased value is the
+// `raw` stage.
+__device__ __forceinline__ float add_head_bias(float raw, const HeadParams& p, int row) {
+  return p.head_bias != nullptr ? __fadd_rn(raw, __ldg(p.head_bias + row)) : raw;
+}
+
 __device__ __forceinline__ float apply_cap(float raw, const HeadParams& p) {
   if (p.cap_mode == kCapNodes) return ops::softcap_nodes(raw, p.logit_scale, p.cap, p.inv_cap).capped;
   if (p.cap_mode == kCapFused) return ops::softcap_fused(raw, p.logit_scale, p.cap);

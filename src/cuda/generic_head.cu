@@ -333,9 +333,10 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
           const int t = p.t0 + tj;
           PartialBest mine = best_empty();
           if (row < V) {
-            const float capped = apply_cap(raw, p);
+            const float biased = add_head_bias(raw, p, row);
+            const float capped = apply_cap(biased, p);
             p.logits[size_t(t) * V + row] = capped;
-            if (p.raw) p.raw[size_t(t) * V + row] = raw;
+            if (p.raw) p.raw[size_t(t) * V + row] = biased;
             mine = best_single(capped, row);
           }
 #pragma unroll

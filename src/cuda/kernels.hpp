@@ -42,10 +42,13 @@ struct PartialBest {
 enum class ActFormat : int { q8_K = 0, q8_0 = 1, f16 = 2, bf16 = 3, f32 = 4 };
 enum CapMode : int { kScaleOnly = 0, kCapNodes = 1, kCapFused = 2 };
 
-// RMSNorm + activation quantization, one block per token.
+// The final norm (RMSNorm or LayerNorm) + activation quantization, one block per token.
 struct PrepParams {
   const float* hidden = nullptr;  // [T][H], mapped host memory
   const float* gamma = nullptr;   // [H]
+  int layer_norm = 0;             // LayerNorm (ggml_norm, numerics.md §6b) instead of RMSNorm
+  const float* beta = nullptr;    // [H] added after gamma (LayerNorm + bias), or nullptr
+  int input_normed = 0;           // hidden is already through the final norm: only quantize it
   int H = 0;
   int T = 0;
   float eps = 0;
@@ -78,6 +81,7 @@ struct HeadParams {
   const int8_t* act_frag = nullptr;
   const int8_t* act_lanes = nullptr;
   const float* act_f = nullptr;
+  const float* head_bias = nullptr;  // [vocab] added to each raw logit before scale and cap, or nullptr
   float logit_scale = 1, cap = 0, inv_cap = 0;
   int cap_mode = kScaleOnly;
   float* logits = nullptr;           // [kMaxTokens][vocab] capped (always written)

@@ -148,6 +148,11 @@ class MultiGpuBackend final : public Backend {
 
   const std::vector<std::unique_ptr<Backend>>& parts() const { return parts_; }
   bool checks_finite_input() const override { return shared_; }
+  bool takes_normed_input() const override {  // each shard's prep kernel skips the norm itself
+    for (const auto& part : parts_)
+      if (!part->takes_normed_input()) return false;
+    return true;
+  }
 
   std::string name() const override {
     return "cuda x" + std::to_string(gpus_) + " GPU(s), " + std::to_string(parts_.size()) + " shard(s)";

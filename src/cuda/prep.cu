@@ -8,6 +8,11 @@
 // of that interval, divided by H with directed rounding, round to the same float, that float is
 // the reference's mean (rounding is monotone). Otherwise (about once in 20,000 tokens) one thread
 // runs the reference's chain. Both paths give the reference's bytes; the path taken is reported.
+//
+// LayerNorm (numerics.md §6b) follows ggml's order: the mean is one sequential double chain (its
+// terms have both signs, so no bound like the one above holds; one thread runs it), the variance's
+// terms are f32 sums of 16 squares each, non-negative, so it takes the same bounded parallel sum.
+// With already-normed input (--input normed) the block skips the norm and only quantizes.
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
@@ -22,6 +27,41 @@ constexpr int kPrepThreads = 1024;
 __device__ __forceinline__ double warp_sum_double(double v) {
   for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
   return v;
+}
+
+// float(S / H) for the sequential double sum S of `terms` non-negative terms, from their sum s in
+// any order (the argument at the top of this file); false when the bound does not decide it.
+__device__ bool bounded_mean(double s, int terms, int H, float& out) {
+  if (isinf(s)) {
+    out = __int_as_float(0x7f800000);
+    return true;
+  }
+  const double delta = double(terms + 64) * 0x1p-52;
+  const double lo = __ddiv_rd(__dmul_rd(s, 1.0 - delta), double(H));
+  const double hi = __ddiv_ru(__dmul_ru(s, 1.0 + delta), double(H));
+  const float flo = __double2float_rn(lo), fhi = __double2float_rn(hi);
+  out = flo;
+  return flo == fhi;
+}
+
+// One variance group of ggml's LayerNorm: 16 squares of (x - mean) in f32, added by the halving
+// tree of its 512-bit horizontal add.
+__device__ __forceinline__ float layer_group16(const float* x, float mean) {
+  float h8[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float a = __fsub_rn(x[j], mean), b = __fsub_rn(x[j + 8], mean);
+    h8[j] = __fadd_rn(__fmul_rn(b, b), __fmul_rn(a, a));
+  }
+  float h4[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) h4[j] = __fadd_rn(h8[j + 4], h8[j]);
+  return __fadd_rn(__fadd_rn(h4[0], h4[2]), __fadd_rn(h4[1], h4[3]));
+}
+
+__device__ __forceinline__ float layer_square(float x, float mean) {
+  const float d = __fsub_rn(x, mean);
+  return __fmul_rn(d, d);
 }
 
 // One 256-element Q8_K block, by one warp: lane l owns elements 8l .. 8l+7.
@@ -89,7 +129,7 @@ __device__ void quantize_q8_K_block(const float* x, int8_t* qs_out, float* d_out
 __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) {
   extern __shared__ float xs[];
   __shared__ double warp_sums[kPrepThreads / 32];
-  __shared__ float s_scale;
+  __shared__ float s_scale, s_mean;
   pdl_launch_dependents();
 
   const int t = blockIdx.x, H = p.H;
@@ -115,41 +155,77 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
     }
   }
   __syncthreads();
-  double local = 0.0;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) local += double(__fmul_rn(xs[i], xs[i]));
-  local = warp_sum_double(local);
-  if (lane == 0) warp_sums[warp] = local;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double s = 0.0;
-    for (int w = 0; w < nwarps; ++w) s += warp_sums[w];
-    float mean = 0.0f;
-    bool decided = false;
-    if (!p.force_sequential) {
-      if (isinf(s)) {  // a square overflowed f32: every order sums to +inf
-        mean = __int_as_float(0x7f800000);
-        decided = true;
-      } else {
-        const double delta = double(H + 64) * 0x1p-52;
-        const double lo = __ddiv_rd(__dmul_rd(s, 1.0 - delta), double(H));
-        const double hi = __ddiv_ru(__dmul_ru(s, 1.0 + delta), double(H));
-        const float flo = __double2float_rn(lo), fhi = __double2float_rn(hi);
-        if (flo == fhi) { mean = flo; decided = true; }
+  if (p.input_normed) {
+    if (threadIdx.x == 0 && p.norm_path) p.norm_path[t] = 0;
+    if (p.normed_out)
+      for (int i = threadIdx.x; i < H; i += blockDim.x) p.normed_out[size_t(t) * H + i] = xs[i];
+  } else if (p.layer_norm) {
+    if (threadIdx.x == 0) {
+      double s = 0.0;
+      for (int i = 0; i < H; ++i) s = __dadd_rn(s, double(xs[i]));
+      s_mean = __fdiv_rn(__double2float_rn(s), float(H));
+    }
+    __syncthreads();
+    const float mean = s_mean;
+    const int groups = H / 16, terms = groups + H % 16;
+    double local = 0.0;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) local += double(layer_group16(xs + 16 * g, mean));
+    for (int i = 16 * groups + threadIdx.x; i < H; i += blockDim.x) local += double(layer_square(xs[i], mean));
+    local = warp_sum_double(local);
+    if (lane == 0) warp_sums[warp] = local;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double s = 0.0;
+      for (int w = 0; w < nwarps; ++w) s += warp_sums[w];
+      float variance = 0.0f;
+      const bool decided = !p.force_sequential && bounded_mean(s, terms, H, variance);
+      if (!decided) {
+        double seq = 0.0;
+        for (int g = 0; g < groups; ++g) seq = __dadd_rn(seq, double(layer_group16(xs + 16 * g, mean)));
+        for (int i = 16 * groups; i < H; ++i) seq = __dadd_rn(seq, double(layer_square(xs[i], mean)));
+        variance = __double2float_rn(__ddiv_rn(seq, double(H)));
       }
+      if (p.norm_path) p.norm_path[t] = decided ? 0 : 1;
+      s_scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(variance, p.eps)));
     }
-    if (!decided) {
-      double seq = 0.0;
-      for (int i = 0; i < H; ++i) seq = __dadd_rn(seq, double(__fmul_rn(xs[i], xs[i])));
-      mean = __double2float_rn(__ddiv_rn(seq, double(H)));
+  } else {
+    double local = 0.0;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) local += double(__fmul_rn(xs[i], xs[i]));
+    local = warp_sum_double(local);
+    if (lane == 0) warp_sums[warp] = local;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double s = 0.0;
+      for (int w = 0; w < nwarps; ++w) s += warp_sums[w];
+      float mean = 0.0f;
+      bool decided = false;
+      if (!p.force_sequential) {
+        if (isinf(s)) {  // a square overflowed f32: every order sums to +inf
+          mean = __int_as_float(0x7f800000);
+          decided = true;
+        } else {
+          const double delta = double(H + 64) * 0x1p-52;
+          const double lo = __ddiv_rd(__dmul_rd(s, 1.0 - delta), double(H));
+          const double hi = __ddiv_ru(__dmul_ru(s, 1.0 + delta), double(H));
+          const float flo = __double2float_rn(lo), fhi = __double2float_rn(hi);
+          if (flo == fhi) { mean = flo; decided = true; }
+        }
+      }
+      if (!decided) {
+        double seq = 0.0;
+        for (int i = 0; i < H; ++i) seq = __dadd_rn(seq, double(__fmul_rn(xs[i], xs[i])));
+        mean = __double2float_rn(__ddiv_rn(seq, double(H)));
+      }
+      if (p.norm_path) p.norm_path[t] = decided ? 0 : 1;
+      s_scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
     }
-    if (p.norm_path) p.norm_path[t] = decided ? 0 : 1;
-    s_scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.eps)));
   }
   __syncthreads();
   const float scale = s_scale;
+  const float center = p.layer_norm && !p.input_normed ? s_mean : 0.0f;
   // gamma is usually out of L2 (the head streams ~1 GB through it every call): issue a batch of its
   // loads before using any, so the block waits one memory round trip per batch, not per iteration.
-  for (int base = threadIdx.x; base < H; base += kBatch * blockDim.x) {
+  for (int base = threadIdx.x; !p.input_normed && base < H; base += kBatch * blockDim.x) {
     float gv[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
@@ -160,8 +236,10 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
     for (int u = 0; u < kBatch; ++u) {
       const int i = base + u * blockDim.x;
       if (i < H) {
-        const float y = __fmul_rn(xs[i], scale);
-        const float n = __fmul_rn(y, gv[u]);
+        // ggml's norm, mul and add nodes: three f32 roundings (the LayerNorm's x - mean a fourth).
+        const float y = __fmul_rn(p.layer_norm ? __fsub_rn(xs[i], center) : xs[i], scale);
+        float n = __fmul_rn(y, gv[u]);
+        if (p.beta) n = __fadd_rn(n, p.beta[i]);
         xs[i] = n;
         if (p.normed_out) p.normed_out[size_t(t) * H + i] = n;
       }
@@ -220,7 +298,7 @@ void launch_prep(const PrepParams& p, cudaStream_t stream) {
   configured.run([](int) {
     CUDA_CHECK(cudaFuncSetAttribute(prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   });
-  if (smem > 200 * 1024) throw Error("the cuda backend's RMSNorm keeps a token in shared memory: hidden size " +
+  if (smem > 200 * 1024) throw Error("the cuda backend's final norm keeps a token in shared memory: hidden size " +
                                      std::to_string(p.H) + " is too large");
   prep_kernel<<<p.T, kPrepThreads, smem, stream>>>(p);
   CUDA_CHECK_LAUNCH("prep_kernel");

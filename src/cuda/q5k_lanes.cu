@@ -255,9 +255,10 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_lanes_kernel(const HeadParams 
           const float raw = __fadd_rn(reduce_lanes(lanes8), summs[t][r]);
           const int row = tile * kTileRows + g + 8 * r;
           if (q == 0 && row < V && t < p.T) {
-            const float capped = apply_cap(raw, p);
+            const float biased = add_head_bias(raw, p, row);
+            const float capped = apply_cap(biased, p);
             p.logits[size_t(t) * V + row] = capped;
-            if (p.raw) p.raw[size_t(t) * V + row] = raw;
+            if (p.raw) p.raw[size_t(t) * V + row] = biased;
             best[t] = best_merge(best[t], best_single(capped, row));
           }
           summs[t][r] = 0.0f;

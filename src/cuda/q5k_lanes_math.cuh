@@ -248,9 +248,10 @@ __device__ __forceinline__ void finish_lanes_tile(const HeadParams& p, int tile,
         raw = __fadd_rn(raw, __fadd_rn(__fadd_rn(summs[t][r][0], summs[t][r][2]), __fadd_rn(summs[t][r][1], summs[t][r][3])));
       const int row = tile * kTileRows + g + 8 * r;
       if (q == 0 && row < V && t < p.tc) {
-        const float capped = apply_cap(raw, p);
+        const float biased = add_head_bias(raw, p, row);
+        const float capped = apply_cap(biased, p);
         p.logits[size_t(p.t0 + t) * V + row] = capped;
-        if (p.raw) p.raw[size_t(p.t0 + t) * V + row] = raw;
+        if (p.raw) p.raw[size_t(p.t0 + t) * V + row] = biased;
         best[t] = best_merge(best[t], best_single(capped, row));
       }
 #pragma unroll

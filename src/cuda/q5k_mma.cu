@@ -284,9 +284,10 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
             const int row = tile * kTileRows + g + 8 * rr;
             const int tok = 2 * q + c + 8 * nt;
             if (row < V && tok < p.T) {
-              const float capped = apply_cap(raw, p);
+              const float biased = add_head_bias(raw, p, row);
+              const float capped = apply_cap(biased, p);
               p.logits[size_t(tok) * V + row] = capped;
-              if (p.raw) p.raw[size_t(tok) * V + row] = raw;
+              if (p.raw) p.raw[size_t(tok) * V + row] = biased;
               best[nt][c] = best_merge(best[nt][c], best_single(capped, row));
             }
             summs[nt][c][rr] = 0.0f;

@@ -150,9 +150,10 @@ __device__ __forceinline__ void finish_row(const HeadParams& p, int tile, int la
   const int row = tile * kTileRows + g + 8 * r;
   const int tok = 8 * nt + 2 * q + c;
   if (row < V && tok < p.T) {
-    const float capped = apply_cap(raw, p);
+    const float biased = add_head_bias(raw, p, row);
+    const float capped = apply_cap(biased, p);
     p.logits[size_t(tok) * V + row] = capped;
-    if (p.raw) p.raw[size_t(tok) * V + row] = raw;
+    if (p.raw) p.raw[size_t(tok) * V + row] = biased;
     best = best_merge(best, best_single(capped, row));
   }
 }

@@ -122,6 +122,8 @@ class NcclRankBackend final : public Backend {
     if (stream_) cudaStreamDestroy(stream_);
   }
 
+  bool takes_normed_input() const override { return local_->takes_normed_input(); }
+
   std::string name() const override {
     return "cuda rank " + std::to_string(rank_) + " of " + std::to_string(ranks_) + " (NCCL, GPU " +
            std::to_string(device_) + ")";

@@ -65,12 +65,6 @@ bool parse(std::string_view s, BackendKind& v) { return parse_name(kBackendNames
 
 Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options) : model_(std::move(model)) {
   if (!model_) throw Error("Engine needs a model");
-  {
-    const HeadConfig& c = model_->config();
-    if (c.has_head_bias)
-      throw Error(model_->path() + ": architecture '" + c.architecture + "' adds a head bias ('output.bias') to the " +
-                  "logits (" + c.rule_source + "), which lmhead does not compute yet");
-  }
   const HeadView head = head_view(*model_);
   if (options.backend != BackendKind::cuda) {
     // A head that cannot be resident is refused with the numbers, not paged from disk every token.
@@ -112,14 +106,8 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
   if (hidden.size() != static_cast<size_t>(tokens) * static_cast<size_t>(c.hidden))
     throw Error("hidden state has " + std::to_string(hidden.size()) + " values, expected " +
                 std::to_string(tokens) + " tokens x " + std::to_string(c.hidden));
-  if (options.input == InputKind::hidden && c.final_norm != "rmsnorm")
-    throw Error("architecture '" + c.architecture + "' uses " +
-                (c.final_norm == "layernorm+bias" ? std::string("LayerNorm with bias") : std::string("LayerNorm")) +
-                " for its final norm, which lmhead does not compute yet (" + c.rule_source + "); vectors already " +
-                "through the final norm run with --input normed (RunOptions::input = InputKind::normed)");
   if (options.input == InputKind::normed && !backend_->takes_normed_input())
-    throw Error("the " + backend_->name() + " backend does not take already-normed input (--input normed) yet; " +
-                "use the cpu or scalar backend");
+    throw Error("the " + backend_->name() + " backend does not take already-normed input (--input normed)");
   const auto path = quant::llamacpp_path(c.head_type, c.vocab, c.hidden, tokens);
   if (options.route == Route::llamacpp) {
     if (options.activations != ActivationRoute::q8)

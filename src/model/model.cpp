@@ -19,6 +19,8 @@ struct Model::Impl {
   HeadConfig config;
   const uint8_t* head = nullptr;
   std::vector<float> gamma;  // copied: hidden floats, so its alignment never depends on the file
+  std::vector<float> beta;       // output_norm.bias (LayerNorm + bias), else empty
+  std::vector<float> head_bias;  // output.bias, vocab floats, else empty
   std::vector<std::string_view> tokens;
 };
 
@@ -209,6 +211,24 @@ void apply_eps_rule(const std::string& path, const ArchRule& rule, const Metadat
   c.eps_from = from;
 }
 
+// A 1-D F32 tensor copied out of the mapping (so its alignment never depends on the file),
+// refused by name when its type, shape or a value is not what the head needs.
+std::vector<float> f32_vector(const std::string& path, const gguf::TensorInfo& t, const std::string& name,
+                              const std::string& what, int64_t want, const std::string& want_what) {
+  if (t.type != TensorType::F32)
+    throw Error(path + ": tensor '" + name + "' (" + what + ") must be f32, found " + std::string(tensor_type_name(t.type)));
+  if (t.elements() != want || t.dims[0] != want)
+    throw Error(path + ": tensor '" + name + "' (" + what + ") has " + std::to_string(t.elements()) +
+                " elements, the head's " + want_what + " is " + std::to_string(want));
+  std::vector<float> v(static_cast<size_t>(want));
+  std::memcpy(v.data(), t.data, v.size() * sizeof(float));
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i]))
+      throw Error(path + ": tensor '" + name + "' holds a non-finite value (" + std::to_string(v[i]) + ") at index " +
+                  std::to_string(i));
+  return v;
+}
+
 }  // namespace
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -266,27 +286,27 @@ std::shared_ptr<const Model> Model::open(const std::string& path, const ModelOpt
   c.head_bytes = head->nbytes;
   impl->head = head->data;
 
-  if (rule->bias == model::HeadBias::required) {
-    if (!f.find_tensor("output.bias"))
+  {
+    const gguf::TensorInfo* ob = rule->bias == model::HeadBias::none ? nullptr : f.find_tensor("output.bias");
+    if (rule->bias == model::HeadBias::required && !ob)
       throw Error(path + ": tensor 'output.bias' (the head's bias) is missing; " + std::string(rule->source) + " requires it");
-    c.has_head_bias = true;
-  } else if (rule->bias == model::HeadBias::optional) {
-    c.has_head_bias = f.find_tensor("output.bias") != nullptr;
+    if (ob) {
+      impl->head_bias = f32_vector(path, *ob, "output.bias", "the head's bias", c.vocab, "vocabulary");
+      c.has_head_bias = true;
+    }
   }
 
   const gguf::TensorInfo* norm = f.find_tensor("output_norm.weight");
   if (!norm) throw Error(path + ": tensor 'output_norm.weight' (the final norm's gamma) is missing");
-  if (norm->type != TensorType::F32)
-    throw Error(path + ": tensor 'output_norm.weight' must be f32, found " + std::string(tensor_type_name(norm->type)));
-  if (norm->elements() != c.hidden || norm->dims[0] != c.hidden)
-    throw Error(path + ": tensor 'output_norm.weight' has " + std::to_string(norm->elements()) +
-                " elements, the head's hidden size is " + std::to_string(c.hidden));
-  impl->gamma.resize(c.hidden);
-  std::memcpy(impl->gamma.data(), norm->data, c.hidden * sizeof(float));
-  for (int64_t i = 0; i < c.hidden; ++i)
-    if (!std::isfinite(impl->gamma[i]))
-      throw Error(path + ": tensor 'output_norm.weight' holds a non-finite value (" + std::to_string(impl->gamma[i]) +
-                  ") at index " + std::to_string(i));
+  impl->gamma = f32_vector(path, *norm, "output_norm.weight", "the final norm's gamma", c.hidden, "hidden size");
+  if (rule->norm == model::FinalNorm::layer_bias) {
+    const gguf::TensorInfo* nb = f.find_tensor("output_norm.bias");
+    if (!nb)
+      throw Error(path + ": tensor 'output_norm.bias' (the final LayerNorm's bias) is missing; " +
+                  std::string(rule->source) + " requires it");
+    impl->beta = f32_vector(path, *nb, "output_norm.bias", "the final LayerNorm's bias", c.hidden, "hidden size");
+    c.has_norm_bias = true;
+  }
 
   check_shape_key(f, c.architecture, "embedding_length", c.hidden, "hidden size");
   check_shape_key(f, c.architecture, "vocab_size", c.vocab, "vocabulary");
@@ -310,6 +330,8 @@ const HeadConfig& Model::config() const { return impl_->config; }
 const std::string& Model::path() const { return impl_->path; }
 const uint8_t* Model::head_weights() const { return impl_->head; }
 const float* Model::norm_weight() const { return impl_->gamma.data(); }
+const float* Model::norm_bias() const { return impl_->beta.empty() ? nullptr : impl_->beta.data(); }
+const float* Model::head_bias() const { return impl_->head_bias.empty() ? nullptr : impl_->head_bias.data(); }
 bool Model::has_token_texts() const { return !impl_->tokens.empty(); }
 std::string_view Model::token_text(int64_t id) const {
   if (id < 0 || id >= static_cast<int64_t>(impl_->tokens.size())) return {};
