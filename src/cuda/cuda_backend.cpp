@@ -571,7 +571,7 @@ class CudaBackend final : public Backend {
         case HeadKernel::q4k_stream: launch_q5k_stream(hp, warps, true, pdl, num_sms_, stream_); break;
         case HeadKernel::q6k_stream: launch_q6k_stream(hp, warps, pdl, num_sms_, stream_); break;
         case HeadKernel::q8_0_stream: launch_q8_0_stream(hp, warps, pdl, num_sms_, stream_); break;
-        case HeadKernel::q5k_tma: launch_q5k_tma(hp, 0, pdl, num_sms_, stream_); break;
+        case HeadKernel::q5k_tma: launch_q5k_tma(hp, pdl, num_sms_, stream_); break;
         case HeadKernel::q5k_stream_n: launch_q5k_stream_n(hp, warps, pdl, num_sms_, stream_); break;
         case HeadKernel::q5k_lanes: launch_q5k_lanes(hp, pdl, num_sms_, stream_); break;
         case HeadKernel::q5k_mma: {

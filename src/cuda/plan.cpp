@@ -6,6 +6,16 @@
 
 namespace lmhead::cuda {
 
+static_assert(desc(HeadKernel::q6k_stream).max_tokens == kStreamMaxTokens);
+static_assert(desc(HeadKernel::q8_0_stream).max_tokens == kStreamMaxTokens);
+static_assert(desc(HeadKernel::q5k_stream).max_tokens == kLanesTokens);
+static_assert(desc(HeadKernel::q5k_tma).max_tokens == kLanesTokens);
+static_assert(desc(HeadKernel::q5k_lanes).max_tokens == kLanesTokens);
+static_assert(desc(HeadKernel::q4k_stream).max_tokens == 2);
+static_assert(desc(HeadKernel::q5k_stream_n).max_tokens == kMaxTokens);
+static_assert(desc(HeadKernel::q5k_mma).max_tokens == kMaxTokens);
+static_assert(desc(HeadKernel::generic).max_tokens == kGenericTokens);
+
 size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens) {
   const int tc = std::min(tokens, desc(kernel).max_tokens);
   switch (kernel) {
@@ -13,7 +23,7 @@ size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens) {
     case HeadKernel::q4k_stream: return q5k_stream_smem(groups, tc);
     case HeadKernel::q6k_stream: return q6k_stream_smem(groups, tc);
     case HeadKernel::q8_0_stream: return q8_0_stream_smem(groups, tc);
-    case HeadKernel::q5k_tma: return q5k_tma_smem(groups, tc, 0);
+    case HeadKernel::q5k_tma: return q5k_tma_smem(groups, tc);
     case HeadKernel::q5k_stream_n: return q5k_stream_n_smem(groups, tc);
     case HeadKernel::q5k_lanes: return q5k_lanes_smem(groups, tc);
     case HeadKernel::q5k_mma: {
