@@ -298,6 +298,8 @@ int main(int argc, char** argv) {
       Head q5 = make_head(TensorType::Q5_K, 1);
       const double bytes = double(q5.view.vocab) * double(q5.view.row_bytes);
       auto gpu = make_cuda_backend(q5.view, 1);
+      std::printf("Q5_K head: %.0f B in the file, %llu B held on the GPU\n", bytes,
+                  (unsigned long long)cuda::head_device_bytes(*gpu));
 
       // Full-shape spot check: the tensor-core kernel and the generic kernel agree byte for byte.
       {
@@ -442,6 +444,8 @@ int main(int argc, char** argv) {
         const std::string name(tensor_type_name(type));
         const double ob = double(h.view.vocab) * double(h.view.row_bytes);
         cuda::HeadKernel stream_kernel = cuda::HeadKernel::generic;
+        std::printf("%s head: %.0f B in the file, %llu B held on the GPU\n", name.c_str(), ob,
+                    (unsigned long long)cuda::head_device_bytes(*b));
         {
           ForwardRequest lr = req;
           lr.want_logits = true;

@@ -15,6 +15,8 @@
 
 #include "backend/backend.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "cuda/device_layout.hpp"
+#include "cuda/stream_layout.hpp"
 #include "gguf/gguf.hpp"
 #include "lmhead/lmhead.hpp"
 #include "random_head.hpp"
@@ -437,6 +439,34 @@ TEST(CudaBackend, ArgmaxOnlyCallsWaitOnTheDoneFlag) {
     expect_same(run(*scalar, hidden, 4, topk), run(*gpu, hidden, 4, topk), topk, "top-k after polled calls");
     EXPECT_FALSE(cuda::last_call(*gpu).polled);
   }
+}
+
+// One copy of the head in each layout its plans read: a Q5_K head holds its two stream layouts; the
+// file's rows come with the first call whose plan reads them (the f32 route's generic kernel).
+TEST(CudaBackend, HeadCopiesFollowThePlans) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 16);
+  const int64_t V = 4099, H = 512;
+  const RandomHead head = random_head(TensorType::Q5_K, V, H, rng);
+  auto scalar = make_scalar_backend(head.view);
+  auto gpu = make_cuda_backend(head.view, 1);
+  const cuda::DeviceLayout layout = cuda::device_layout(TensorType::Q5_K, H);
+  const uint64_t stream_bytes = 2 * cuda::stream::bytes(V, layout.groups);
+  EXPECT_EQ(cuda::head_device_bytes(*gpu), stream_bytes);
+  EXPECT_EQ(gpu->device_bytes(), stream_bytes);
+  ForwardRequest req;
+  req.want_logits = true;
+  for (int T : {1, 2, 5}) {
+    const std::vector<float> hidden = random_hidden(T, H, rng);
+    expect_same(run(*scalar, hidden, T, req), run(*gpu, hidden, T, req), req, "q8 route T=" + std::to_string(T));
+  }
+  EXPECT_EQ(cuda::head_device_bytes(*gpu), stream_bytes);
+  ForwardRequest f32 = req;
+  f32.activations = ActivationRoute::f32;
+  const std::vector<float> hidden = random_hidden(3, H, rng);
+  expect_same(run(*scalar, hidden, 3, f32), run(*gpu, hidden, 3, f32), f32, "f32 route");
+  EXPECT_EQ(cuda::last_call(*gpu).kernel, cuda::HeadKernel::generic);
+  EXPECT_EQ(cuda::head_device_bytes(*gpu), stream_bytes + uint64_t(V) * uint64_t(layout.row_stride) + 256);
 }
 
 TEST(CudaBackend, BatchInvariance) {

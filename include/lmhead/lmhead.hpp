@@ -213,6 +213,9 @@ class Engine {
   // one engine each.
   RunResult run(std::span<const float> hidden, int tokens, const RunOptions& options = {});
   std::string backend_name() const;
+  // Bytes of the head held in GPU memory now (0 on the CPU); a copy a plan reads only on some
+  // routes (the file's rows next to the stream layouts) is counted once a call has needed it.
+  uint64_t device_bytes() const;
   const Model& model() const { return *model_; }
 
  private:

@@ -73,6 +73,8 @@ class Backend {
   // True when forward() honours ForwardRequest::input_normed; the engine refuses normed input
   // for a backend that does not (it would apply the norm a second time).
   virtual bool takes_normed_input() const { return false; }
+  // Bytes of the head this backend holds on accelerators now (the CPU backends read the mapped file).
+  virtual uint64_t device_bytes() const { return 0; }
 };
 
 std::unique_ptr<Backend> make_scalar_backend(const HeadView& head);

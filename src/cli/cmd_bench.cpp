@@ -112,7 +112,8 @@ int bench(const BenchArgs& a) {
     rows.push_back({{"tokens", T}, {"threads", threads}, {"input", a.route.input}, {"activations", a.route.activations},
                     {"softcap", a.route.softcap}, {"top_k", a.route.top_k}, {"logprobs", a.route.logprobs}, {"backend", engine.backend_name()}, {"median_ms", median},
                     {"min_ms", lo}, {"max_ms", hi}, {"runs", ms.size()}, {"bytes", c.head_bytes}, {"gbps", gbps},
-                    {"ceiling_gbps", ceiling}, {"ratio", ratio}, {"stages_ms", stages}});
+                    {"ceiling_gbps", ceiling}, {"ratio", ratio}, {"stages_ms", stages},
+                    {"device_bytes", engine.device_bytes()}});
     double one_median = 0, exchange_ms = 0;
     if (one_gpu) {
       RunResult one_last;
@@ -130,6 +131,8 @@ int bench(const BenchArgs& a) {
     if (!a.json) {
       std::printf("ratio %.3f | T=%-2d threads=%d | median %8.3f ms (min %.3f, max %.3f, %zu runs) | %s B | %7.2f GB/s | ceiling %.2f GB/s\n",
                   ratio, T, threads, median, lo, hi, ms.size(), with_commas(c.head_bytes).c_str(), gbps, ceiling);
+      if (engine.device_bytes() > 0)
+        std::printf("          head bytes held on the GPU: %s\n", with_commas(engine.device_bytes()).c_str());
       std::printf("          stages (one profiled run):");
       for (const StageTime& s : last.times) std::printf("  %s %.3f ms", s.label.c_str(), s.ms);
       std::printf("\n");

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <map>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -20,12 +19,12 @@
 #include "backend/head_math.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_head.hpp"
 #include "cuda/device_memory.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/multi_gpu.hpp"
 #include "cuda/plan.hpp"
 #include "cuda/spin.hpp"
-#include "cuda/stream_layout.hpp"
 #include "quant/activation.hpp"
 
 namespace lmhead {
@@ -73,7 +72,6 @@ class CudaBackend final : public Backend {
     if (head.vocab <= 0 || head.hidden <= 0 || head.weights == nullptr || head.gamma == nullptr)
       throw Error("the cuda backend needs a head with weights, gamma and positive shapes");
     if (head.vocab > (int64_t(1) << 31) - 1) throw Error("the cuda backend supports vocabularies below 2^31");
-    layout_ = device_layout(head.type, head.hidden);
     int devices = 0;
     CUDA_CHECK(cudaGetDeviceCount(&devices));
     if (device < 0 || device >= devices)
@@ -91,7 +89,7 @@ class CudaBackend final : public Backend {
     // Every upload, fill and kernel of this backend goes to stream_, so each is ordered before
     // the work that reads it (docs/cuda.md, "Completion"); the synchronize at the end makes the
     // backend complete when the constructor returns.
-    upload_weights();
+    head_copies_ = std::make_unique<DeviceHead>(head, stream_);
     const int64_t H = head.hidden, V = head.vocab;
     gamma_.reset(size_t(H), stream_);
     CUDA_CHECK(cudaMemcpyAsync(gamma_.get(), head.gamma, size_t(H) * 4, cudaMemcpyHostToDevice, stream_));
@@ -125,6 +123,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return device_ == 0 ? "cuda" : "cuda:" + std::to_string(device_); }
+  uint64_t device_bytes() const override { return head_device_bytes(); }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
     if (tokens < 1 || tokens > kMaxTokens)
@@ -136,6 +135,7 @@ class CudaBackend final : public Backend {
     const auto t_enter = std::chrono::steady_clock::now();
     CUDA_CHECK(cudaSetDevice(device_));  // any host thread may call; cheap when already current
     Shape shape = make_shape(tokens, req);
+    head_copies_->ensure(desc(shape.plan.kernel).reads);
     ensure_buffers(shape);
 
     // A caller that already wrote the hidden states into this backend's input buffer saves the
@@ -273,6 +273,8 @@ class CudaBackend final : public Backend {
     std::memcpy(out, h_sums_.host(), size_t(tokens) * chunks * 8);
   }
 
+  uint64_t head_device_bytes() const { return head_copies_->bytes(); }
+
   Tuning tuning_;
   CallInfo last_;
 
@@ -304,131 +306,10 @@ class CudaBackend final : public Backend {
 
   PlanDevice plan_device() const {
     PlanDevice d;
-    d.groups = layout_.groups;
+    d.groups = head_copies_->layout().groups;
     d.smem_optin = size_t(smem_optin_);
-    d.copies = copy_bit(HeadCopy::rows);
-    if (stream_weights_.size() > 0) d.copies |= copy_bit(HeadCopy::lanes);
-    if (stream_n_weights_.size() > 0) d.copies |= copy_bit(HeadCopy::subblocks);
+    d.copies = head_copies_->copies();
     return d;
-  }
-
-  // One stream copy of the head: its size, its item size and the tile transcoder that fills it.
-  struct StreamCopy {
-    DeviceArray<uint8_t>* target;
-    uint64_t bytes;
-    int item_bytes;
-    void (*transcode)(const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst);
-  };
-  std::vector<StreamCopy> stream_copies() {
-    const int64_t V = head_.vocab;
-    const int G = layout_.groups;
-    switch (head_.type) {
-      case TensorType::Q5_K:
-        return {{&stream_weights_, stream::bytes(V, G), stream::kItemBytes,
-                 [](const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst) {
-                   stream::transcode_tile(rows, groups, dst, stream::Split::lanes);
-                 }},
-                {&stream_n_weights_, stream::bytes(V, G), stream::kItemBytes,
-                 [](const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst) {
-                   stream::transcode_tile(rows, groups, dst, stream::Split::subblocks);
-                 }}};
-      case TensorType::Q4_K:
-        return {{&stream_weights_, stream::q4_bytes(V, G), stream::kQ4ItemBytes, stream::transcode_tile_q4k}};
-      case TensorType::Q6_K:
-        return {{&stream_weights_, stream::q6_bytes(V, G), stream::kQ6ItemBytes, stream::transcode_tile_q6k}};
-      case TensorType::Q8_0:
-        if (head_.hidden % 256 != 0) return {};
-        return {{&stream_weights_, stream::q8_0_bytes(V, G), stream::kQ80ItemBytes, stream::transcode_tile_q8_0}};
-      default:
-        return {};
-    }
-  }
-  void upload_weights() {
-    const int64_t V = head_.vocab;
-    const uint64_t total = uint64_t(V) * uint64_t(layout_.row_stride);
-    // Refuse up front, with the numbers, a head the device cannot hold (rather than a bare
-    // out-of-memory from cudaMalloc halfway through the buffers). The logits and activation
-    // buffers come on top: count 10 % of the head plus 64 MiB for them.
-    size_t free_bytes = 0, total_bytes = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const uint64_t needed = total + total / 10 + (uint64_t(64) << 20);
-    // The stream layouts (stream_layout.hpp) come on top of the file's rows when the device has room
-    // for them: Q5_K has two (lanes split for T <= 2, sub-blocks split for larger T), Q4_K, Q6_K and
-    // Q8_0 (hidden a multiple of 256) one each.
-    const std::vector<StreamCopy> copies = stream_copies();
-    uint64_t stream_total = 0;
-    for (const StreamCopy& c : copies) stream_total += c.bytes;
-    const bool keep_stream = !copies.empty() && needed + stream_total <= free_bytes;
-    if (needed > free_bytes)
-      throw Error("the " + std::string(tensor_type_name(head_.type)) + " head does not fit on the GPU: it needs about " +
-                  std::to_string(needed) + " bytes (weights " + std::to_string(total) + " + working buffers), but only " +
-                  std::to_string(free_bytes) + " of " + std::to_string(total_bytes) + " bytes are free");
-    weights_.reset(total + 256, stream_);  // tail slack: 16-byte loads past the last row stay inside
-    if (keep_stream)
-      for (const StreamCopy& c : copies) c.target->reset(c.bytes, stream_);
-    if (layout_.aux_d) aux_.reset(size_t(V) * layout_.groups, stream_);
-    const bool progress = total > (uint64_t(256) << 20);
-    const bool same_bytes = head_.type == TensorType::Q4_K || head_.type == TensorType::Q5_K;
-    // Whole 16-row tiles per chunk (the stream layout is tile-major).
-    const int64_t rows_per_chunk =
-        std::max<int64_t>(1, int64_t((uint64_t(64) << 20) / uint64_t(layout_.row_stride)) / 16) * 16;
-    std::vector<uint8_t> staging;
-    std::vector<uint16_t> aux_staging;
-    int last_pct = -1;
-    for (int64_t r0 = 0; r0 < V; r0 += rows_per_chunk) {
-      const int64_t n = std::min(rows_per_chunk, V - r0);
-      uint8_t* dst = weights_.get() + uint64_t(r0) * uint64_t(layout_.row_stride);
-      if (same_bytes && head_.row_bytes == uint64_t(layout_.row_stride)) {
-        CUDA_CHECK(cudaMemcpyAsync(dst, head_.weights + uint64_t(r0) * head_.row_bytes, size_t(n) * head_.row_bytes,
-                                   cudaMemcpyHostToDevice, stream_));
-      } else {
-        staging.resize(size_t(n) * size_t(layout_.row_stride));
-        if (layout_.aux_d) aux_staging.resize(size_t(n) * size_t(layout_.groups));
-        for (int64_t r = 0; r < n; ++r)
-          to_device_row(layout_, head_.weights + uint64_t(r0 + r) * head_.row_bytes, head_.hidden,
-                        staging.data() + size_t(r) * size_t(layout_.row_stride),
-                        layout_.aux_d ? aux_staging.data() + size_t(r) * size_t(layout_.groups) : nullptr);
-        upload(dst, staging.data(), staging.size());
-        if (layout_.aux_d)
-          upload(aux_.get() + size_t(r0) * size_t(layout_.groups), aux_staging.data(), aux_staging.size() * 2);
-      }
-      if (keep_stream)
-        for (const StreamCopy& c : copies) {
-          const size_t tile_bytes = size_t(layout_.groups) * size_t(c.item_bytes);
-          const int64_t tiles = (n + stream::kTileRows - 1) / stream::kTileRows;
-          staging.resize(size_t(tiles) * tile_bytes);
-          // The transcoding is a few ns per byte on one core: the host's cores share the chunk's tiles.
-          const int64_t workers = std::min<int64_t>(tiles, std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 16));
-          std::vector<std::thread> pool;
-          for (int64_t w = 0; w < workers; ++w)
-            pool.emplace_back([&, w] {
-              for (int64_t t = w; t < tiles; t += workers) {
-                const uint8_t* rows[stream::kTileRows];
-                for (int i = 0; i < stream::kTileRows; ++i) {
-                  const int64_t r = r0 + t * stream::kTileRows + i;
-                  rows[i] = r < V ? head_.weights + uint64_t(r) * head_.row_bytes : nullptr;
-                }
-                c.transcode(rows, layout_.groups, staging.data() + size_t(t) * tile_bytes);
-              }
-            });
-          for (std::thread& th : pool) th.join();
-          upload(c.target->get() + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(), staging.size());
-        }
-      if (progress) {
-        const int pct = int(100 * (r0 + n) / V);
-        if (pct / 10 != last_pct / 10) {
-          std::fprintf(stderr, "lmhead: uploading the %s head to the GPU: %3d%% of %.0f MB\n",
-                       std::string(tensor_type_name(head_.type)).c_str(), pct, double(total) / 1e6);
-          last_pct = pct;
-        }
-      }
-    }
-  }
-
-  // A staging buffer the caller reuses at once: cudaMemcpyAsync from pageable memory returns only
-  // after the bytes have left it, and the copy is ordered on stream_ before every kernel.
-  void upload(void* dst, const void* src, size_t bytes) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
   }
 
   // Lazily sized buffers of the optional outputs. A reallocation invalidates captured graphs.
@@ -488,12 +369,13 @@ class CudaBackend final : public Backend {
     if (stage_events) record_stage_event(kPrepDone);
 
     HeadParams hp;
-    hp.weights = weights_.get();
-    hp.aux = aux_.get();
-    hp.row_stride = layout_.row_stride;
+    const DeviceHead& w = *head_copies_;
+    hp.weights = w.rows();
+    hp.aux = w.aux();
+    hp.row_stride = w.layout().row_stride;
     hp.vocab = int(V);
     hp.hidden = int(H);
-    hp.groups = layout_.groups;
+    hp.groups = w.layout().groups;
     hp.T = s.T;
     hp.act_qs = act_qs_.get();
     hp.act_d = act_d_.get();
@@ -515,8 +397,8 @@ class CudaBackend final : public Backend {
     hp.done_flag = done_flag_.device();
     hp.results = results_.device();
     hp.max_out = max_out_.get();
-    hp.stream_weights = stream_weights_.get();
-    hp.stream_n_weights = stream_n_weights_.get();
+    hp.stream_weights = w.lanes();
+    hp.stream_n_weights = w.subblocks();
     launch_head(s, hp);
     if (stage_events) record_stage_event(kHeadDone);
 
@@ -696,17 +578,13 @@ class CudaBackend final : public Backend {
   HeadView head_;
   int device_ = 0;
   int caller_device_ = 0;
-  DeviceLayout layout_;
   int num_sms_ = 0;
   int smem_optin_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t events_[kEvents] = {};
   std::map<GraphKey, cudaGraphExec_t> graphs_;
 
-  DeviceArray<uint8_t> weights_;
-  DeviceArray<uint8_t> stream_weights_;    // the lanes-split stream layout (empty when it does not fit)
-  DeviceArray<uint8_t> stream_n_weights_;
-  DeviceArray<uint16_t> aux_;
+  std::unique_ptr<DeviceHead> head_copies_;
   DeviceArray<float> gamma_;
   DeviceArray<int8_t> act_qs_;
   DeviceArray<float> act_d_;
@@ -757,6 +635,7 @@ void chunk_sums_against(Backend& backend, const float* max_per_token, int tokens
   as_cuda(backend).chunk_sums_against(max_per_token, tokens, out);
 }
 CallInfo last_call(Backend& backend) { return as_cuda(backend).last_; }
+uint64_t head_device_bytes(Backend& backend) { return as_cuda(backend).head_device_bytes(); }
 void use_input_buffer(Backend& backend, float* portable) { as_cuda(backend).use_input_buffer(portable); }
 
 void tanh_sweep(uint64_t first, uint64_t count, uint32_t* host_out) {

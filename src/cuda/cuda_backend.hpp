@@ -54,6 +54,9 @@ struct CallInfo {
 void set_tuning(Backend& backend, const Tuning& tuning);
 Tuning get_tuning(Backend& backend);
 CallInfo last_call(Backend& backend);
+// The bytes of the head's copies the backend holds on its device now (the file's rows come only
+// when a plan reads them).
+uint64_t head_device_bytes(Backend& backend);
 // Makes the backend read its input from `portable` (cudaHostAllocMapped | cudaHostAllocPortable,
 // kMaxTokens x hidden floats, owned by the caller and outliving the backend's use of it); a
 // forward() whose hidden pointer is `portable` itself skips the copy (nullptr: its own buffer again).
