@@ -17,10 +17,12 @@
 
 #include "backend/backend.hpp"
 #include "backend/head_math.hpp"
+#include "cuda/call_results.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_head.hpp"
 #include "cuda/device_memory.hpp"
+#include "cuda/graph_cache.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/multi_gpu.hpp"
 #include "cuda/plan.hpp"
@@ -84,6 +86,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
     CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    graphs_ = std::make_unique<GraphCache<GraphKey>>(stream_);
     for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreate(&e));
 
     // Every upload, fill and kernel of this backend goes to stream_, so each is ordered before
@@ -117,7 +120,7 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaSetDevice(device_);  // the members' memory lives on this backend's device
-    clear_graphs();
+    graphs_.reset();         // before the stream it synchronizes
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -156,14 +159,9 @@ class CudaBackend final : public Backend {
     const bool poll = hooks.poll_done && !req.want_stage_times && !hooks.check_guards && shape.k == 0 &&
                       !shape.logprobs && !shape.logits && !shape.stages;
     const unsigned flag_before = __atomic_load_n(done_flag_.host(), __ATOMIC_ACQUIRE);
-    auto it = graphs_.find(key);
     if (!poll) record_event(kCallStart);
-    if (hooks.use_graph && it != graphs_.end()) {
-      CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-      last_.graph_replayed = true;
-    } else {
-      record(shape);
-    }
+    last_.graph_replayed = hooks.use_graph && graphs_->replay(key);
+    if (!last_.graph_replayed) record(shape);
     if (!poll) record_event(kCallEnd);
     const auto t_launched = std::chrono::steady_clock::now();
     if (poll) wait_for_done_flag(flag_before);
@@ -173,56 +171,17 @@ class CudaBackend final : public Backend {
     for (int t = 0; t < tokens; ++t) last_.norm_path[t] = norm_path_.host()[t];
     if (hooks.check_guards) last_.guards_intact = guards_intact();
 
-    // Per-token answers.
-    out.summaries.assign(size_t(tokens), {});
-    for (int t = 0; t < tokens; ++t) {
-      const TokenResult& r = results_.host()[t];
-      select::TokenSummary& s = out.summaries[size_t(t)];
-      s.max = r.max;
-      s.argmax = r.argmax;
-      s.tie_count = r.tie_count;
-      s.tied_ids.assign(r.tied, r.tied + std::min(r.n_tied, kMaxTied));
-    }
-    if (shape.k > 0) {
-      const int chunks = int((V + kTopKChunk - 1) / kTopKChunk);
-      const int kc = std::min(shape.k, kTopKChunk);
-      for (int t = 0; t < tokens; ++t) {
-        select::TokenSummary& s = out.summaries[size_t(t)];
-        for (int c = 0; c < chunks; ++c) {
-          select::TokenSummary part;
-          const int2* list = h_candidates_.host() + (size_t(t) * chunks + c) * kc;
-          for (int i = 0; i < kc && list[i].x >= 0; ++i) {
-            float v;
-            std::memcpy(&v, &list[i].y, 4);
-            part.top.push_back(Candidate{list[i].x, v, 0.0f});
-          }
-          select::merge(s, part, shape.k);
-        }
-      }
-    }
-    out.sum_exp.assign(shape.logprobs ? size_t(tokens) : 0, 0.0);
-    if (shape.logprobs) {
-      const int chunks = int((V + kSumExpChunk - 1) / kSumExpChunk);
-      for (int t = 0; t < tokens; ++t) {
-        double total = 0.0;
-        for (int c = 0; c < chunks; ++c) total += h_sums_.host()[size_t(t) * chunks + c];
-        out.sum_exp[size_t(t)] = total;
-      }
-    }
-    const size_t TV = size_t(tokens) * size_t(V), TH = size_t(tokens) * size_t(H);
-    if (shape.logits || shape.stages) out.logits.assign(h_logits_.host(), h_logits_.host() + TV);
-    if (shape.stages) {
-      out.stages.normed.assign(h_normed_.host(), h_normed_.host() + TH);
-      out.stages.raw.assign(h_raw_.host(), h_raw_.host() + TV);
-      if (shape.cap_mode != kScaleOnly) {
-        out.stages.scaled.assign(h_scaled_.host(), h_scaled_.host() + TV);
-        out.stages.div.assign(h_div_.host(), h_div_.host() + TV);
-        out.stages.tanh.assign(h_tanh_.host(), h_tanh_.host() + TV);
-      } else {
-        out.stages.scaled = out.logits;
-      }
-      out.stages.capped = out.logits;
-    }
+    HostResults h;
+    h.results = results_.host();
+    h.candidates = h_candidates_.host();
+    h.chunk_sums = h_sums_.host();
+    h.logits = h_logits_.host();
+    h.normed = h_normed_.host();
+    h.raw = h_raw_.host();
+    h.scaled = h_scaled_.host();
+    h.div = h_div_.host();
+    h.tanh = h_tanh_.host();
+    read_results(h, tokens, V, H, shape.k, shape.logprobs, shape.logits, shape.stages, shape.cap_mode != kScaleOnly, out);
     if (poll) out.times.clear();
     else collect_times(shape, out.times);
     auto us = [](auto a, auto b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
@@ -231,7 +190,7 @@ class CudaBackend final : public Backend {
     last_.wait_us = us(t_launched, t_synced);
     last_.total_us = us(t_enter, std::chrono::steady_clock::now());
     // Captured only now: re-recording the events inside a capture would invalidate this call's.
-    if (hooks.use_graph && !last_.graph_replayed) capture(shape, key);
+    if (hooks.use_graph && !last_.graph_replayed) graphs_->capture(key, [&] { record(shape); });
   }
 
   // Reads the hidden states from `portable` (page-locked, mapped and portable, kMaxTokens x hidden
@@ -479,25 +438,6 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaEventRecord(events_[i], stream_));
   }
 
-  void capture(const Shape& s, const GraphKey& key) {
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      record(s);
-    } catch (...) {
-      cudaStreamEndCapture(stream_, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_CHECK(err);
-    graphs_[key] = exec;
-  }
-
   bool guards_intact() const {
     std::vector<uint32_t> band(kGuard);
     const size_t V = size_t(head_.vocab);
@@ -535,11 +475,7 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void clear_graphs() {
-    cudaStreamSynchronize(stream_);  // a polled call's graph may still be retiring
-    for (auto& [k, exec] : graphs_) cudaGraphExecDestroy(exec);
-    graphs_.clear();
-  }
+  void clear_graphs() { graphs_->clear(); }
 
   void collect_times(const Shape& s, std::vector<StageTime>& times) const {
     times.clear();
@@ -582,7 +518,7 @@ class CudaBackend final : public Backend {
   int smem_optin_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t events_[kEvents] = {};
-  std::map<GraphKey, cudaGraphExec_t> graphs_;
+  std::unique_ptr<GraphCache<GraphKey>> graphs_;
 
   std::unique_ptr<DeviceHead> head_copies_;
   DeviceArray<float> gamma_;
