@@ -7,6 +7,11 @@
 
 namespace lmhead::cuda {
 
+// The device's copies of the selection constants (kernels.hpp cannot include select/ headers into
+// device code) must be the host's.
+static_assert(kMaxTied == select::kMaxTiedIds);
+static_assert(kSumExpChunk == select::kSumExpChunk);
+
 void read_results(const HostResults& h, int tokens, int64_t vocab, int64_t hidden, int top_k, bool logprobs,
                   bool logits, bool stages, bool capped, ForwardOutput& out) {
   out.summaries.assign(size_t(tokens), {});
