@@ -464,6 +464,7 @@ int main(int argc, char** argv) {
         }
         // T=2 with each warp configuration (16 x 2, 12 x 3, 8 x 4 item buffers).
         for (int warps : {16, 12, 8}) {
+          if (stream_kernel == cuda::HeadKernel::generic) break;  // no stream layout held: one configuration
           cuda::Tuning w = cuda::force_kernel(stream_kernel, warps);
           w.hooks = best.hooks;
           cuda::set_tuning(*b, w);
