@@ -17,12 +17,9 @@ struct HostResults {
   const TokenResult* results = nullptr;
   const int2* candidates = nullptr;  // [T][top-k chunks][min(k, kTopKChunk)], id -1 ends a list
   const double* chunk_sums = nullptr;  // [T][sum-exp chunks]
-  const float* logits = nullptr;
-  const float* normed = nullptr;
-  const float* raw = nullptr;
-  const float* scaled = nullptr;
-  const float* div = nullptr;
-  const float* tanh = nullptr;
+  // The capped logits, then the stages: normed hidden states, raw, scaled, divided, tanh.
+  const float *logits = nullptr, *normed = nullptr, *raw = nullptr, *scaled = nullptr, *div = nullptr,
+              *tanh = nullptr;
 };
 
 // capped: the call ran a soft cap (else the scaled stage is the logits).

@@ -171,16 +171,8 @@ class CudaBackend final : public Backend {
     for (int t = 0; t < tokens; ++t) last_.norm_path[t] = norm_path_.host()[t];
     if (hooks.check_guards) last_.guards_intact = guards_intact();
 
-    HostResults h;
-    h.results = results_.host();
-    h.candidates = h_candidates_.host();
-    h.chunk_sums = h_sums_.host();
-    h.logits = h_logits_.host();
-    h.normed = h_normed_.host();
-    h.raw = h_raw_.host();
-    h.scaled = h_scaled_.host();
-    h.div = h_div_.host();
-    h.tanh = h_tanh_.host();
+    const HostResults h{results_.host(), h_candidates_.host(), h_sums_.host(), h_logits_.host(), h_normed_.host(),
+                        h_raw_.host(),     h_scaled_.host(),     h_div_.host(),  h_tanh_.host()};
     read_results(h, tokens, V, H, shape.k, shape.logprobs, shape.logits, shape.stages, shape.cap_mode != kScaleOnly, out);
     if (poll) out.times.clear();
     else collect_times(shape, out.times);
