@@ -167,10 +167,8 @@ int profile(const std::string& mode) {
   }
   Head q5 = make_head(TensorType::Q5_K, 1);
   auto gpu = make_cuda_backend(q5.view, 1);
-  cuda::Tuning t;
-  t.use_mma = mode != "gen1";
-  t.stream_kernel = mode != "lanes1";
-  cuda::set_tuning(*gpu, t);
+  if (mode == "gen1") cuda::set_tuning(*gpu, cuda::force_kernel(cuda::HeadKernel::generic));
+  if (mode == "lanes1") cuda::set_tuning(*gpu, cuda::force_kernel(cuda::HeadKernel::q5k_lanes));
   const int T = mode == "mma16" ? 16 : mode == "mma8" ? 8 : 1;
   const std::vector<float> hidden = make_hidden(T, 3);
   ForwardRequest req;
@@ -249,7 +247,7 @@ int multi(int runs) {
                           Mode{"waiting on the head kernel's done flag, each shard copies the whole input", true, false},
                           Mode{"done flag, shards share one input buffer, each copies a share (the defaults)", true, true}}) {
     cuda::Tuning tuning;
-    tuning.poll_done = mode.poll;
+    tuning.hooks.poll_done = mode.poll;
     for (Backend* be : {one.get(), s0.get(), s1.get()}) cuda::set_tuning(*be, tuning);
     cuda::set_tuning_of_shards(*both, tuning);
     cuda::set_shared_input(*both, mode.shared);
@@ -295,11 +293,13 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     ForwardRequest req;
     cuda::Tuning best;  // the sweep's best configuration (stage events off)
-    best.stage_events = false;
+    best.hooks.stage_events = false;
     if (!types_only) {
       Head q5 = make_head(TensorType::Q5_K, 1);
       const double bytes = double(q5.view.vocab) * double(q5.view.row_bytes);
       auto gpu = make_cuda_backend(q5.view, 1);
+      std::printf("Q5_K head: %.0f B in the file, %llu B held on the GPU\n", bytes,
+                  (unsigned long long)cuda::head_device_bytes(*gpu));
 
       // Full-shape spot check: the tensor-core kernel and the generic kernel agree byte for byte.
       {
@@ -311,9 +311,8 @@ int main(int argc, char** argv) {
           cuda::Tuning t;
           cuda::set_tuning(*gpu, t);
           gpu->forward(hidden.data(), T, lr, a);
-          const std::string fast_kernel = cuda::last_call(*gpu).kernel;
-          t.use_mma = t.stream_kernel = t.stream_n_kernel = false;
-          cuda::set_tuning(*gpu, t);
+          const std::string fast_kernel = cuda::kernel_name(cuda::last_call(*gpu).kernel);
+          cuda::set_tuning(*gpu, cuda::force_kernel(cuda::HeadKernel::generic));
           gpu->forward(hidden.data(), T, lr, b);
           size_t diff = 0;
           for (size_t i = 0; i < a.logits.size(); ++i) diff += std::memcmp(&a.logits[i], &b.logits[i], 4) != 0;
@@ -326,40 +325,28 @@ int main(int argc, char** argv) {
       // Tuning sweep.
       struct Cfg { const char* name; cuda::Tuning t; };
       std::vector<Cfg> cfgs;
-      auto add = [&](const char* name, int warps, bool events, bool pdl, bool prefetch) {
+      using cuda::HeadKernel;
+      // Each configuration: rows tried before the Q5_K table (plan.hpp), stage events on or off.
+      auto add = [&](const char* name, bool events, std::vector<cuda::PlanRow> rows) {
         cuda::Tuning t;
-        t.mma_warps = warps; t.stage_events = events; t.pdl = pdl; t.prefetch_l2 = prefetch;
+        t.rows = std::move(rows);
+        t.hooks.stage_events = events;
         cfgs.push_back({name, t});
       };
-      // "wN" is the tokens-in-N kernel's warps (T > 2); "regsWxD" the register stream kernel (T <= 2)
-      // with W warps and D item buffers per warp (the default: 16 x 2); "tmaWxS" the TMA kernel with W
-      // warps and S stages per warp.
-      auto stream_cfg = [&](const char* name, int warps) {
-        add(name, 12, false, true, false);
-        cfgs.back().t.stream_warps = warps;
-        cfgs.back().t.tma_from_tokens = 0;  // registers at T = 2 too
-      };
-      auto tma_cfg = [&](const char* name, int ring, int max_tokens) {
-        add(name, 12, false, true, false);
-        cfgs.back().t.stream_tma = true;
-        cfgs.back().t.tma_ring = ring;
-        cfgs.back().t.stream_max_tokens = max_tokens;
-      };
-      add("w12 events", 12, true, false, false);
-      add("w12 pdl", 12, false, true, false);
-      add("w12 pdl staged", 12, false, true, false);
-      cfgs.back().t.stream_kernel = false;
-      cfgs.back().t.stream_n_kernel = false;
-      add("w12 pdl n8", 12, false, true, false);
-      cfgs.back().t.stream_n_warps = 8;
-      add("w12 pdl n16", 12, false, true, false);
-      cfgs.back().t.stream_n_warps = 16;
-      add("w12 pdl n12 T<=1", 12, false, true, false);
-      cfgs.back().t.stream_max_tokens = 1;
-      stream_cfg("w12 pdl regs16x2", 16);
-      stream_cfg("w12 pdl regs12x3", 12);
-      tma_cfg("w12 pdl tma16x4", 0, 2);
-      tma_cfg("w12 pdl tma16x3", 1, 2);
+      // "nN": the tokens-in-N kernel (T > 2) with N warps; "regsWxD": the register stream kernel at
+      // T <= 2 with W warps and D item buffers per warp (the plan's T=1 kernel: 16 x 2); "tma16x4":
+      // the TMA kernel (16 warps x 4 stages) at T <= 2.
+      add("plan events", true, {});
+      add("plan pdl", false, {});
+      add("staged", false, {{1, 2, HeadKernel::q5k_lanes}, {1, 16, HeadKernel::q5k_mma, 12}});
+      add("n8", false, {{3, 16, HeadKernel::q5k_stream_n, 8}});
+      add("n16", false, {{3, 16, HeadKernel::q5k_stream_n, 16}});
+      add("n12 from T=2", false, {{2, 2, HeadKernel::q5k_stream_n, 12}});
+      // What holding only the sub-blocks stream layout would cost (one Q5_K stream copy, not two).
+      add("n12 from T=1", false, {{1, 2, HeadKernel::q5k_stream_n, 12}});
+      add("regs16x2", false, {{1, 2, HeadKernel::q5k_stream, 16}});
+      add("regs12x3", false, {{1, 2, HeadKernel::q5k_stream, 12}});
+      add("tma16x4", false, {{1, 2, HeadKernel::q5k_tma, 16}});
       int best_cfg = 0;
       double best_score = 1e30;
       std::printf("\n-- tuning sweep (Q5_K q8 route, nodes cap, argmax; medians of %d calls) --\n", runs);
@@ -380,9 +367,8 @@ int main(int argc, char** argv) {
         }
       }
       {
-        cuda::Tuning t;
-        t.use_mma = t.stream_kernel = t.stream_n_kernel = false;
-        t.stage_events = false;
+        cuda::Tuning t = cuda::force_kernel(cuda::HeadKernel::generic);
+        t.hooks.stage_events = false;
         cuda::set_tuning(*gpu, t);
         for (int T : {1, 2}) {
           const Timing tm = time_forward(*gpu, T, runs, req);
@@ -400,12 +386,12 @@ int main(int argc, char** argv) {
         cuda::set_tuning(*gpu, cfgs[size_t(best_cfg)].t);
         const Timing tm = time_forward(*gpu, T, runs, req);
         const double gbps = bytes / (tm.wall_ms * 1e6);
-        const std::string kernel = cuda::last_call(*gpu).kernel;
+        const std::string kernel = cuda::kernel_name(cuda::last_call(*gpu).kernel);
         rows.push_back({T, tm.wall_ms, tm.gpu_ms, gbps, gbps / ceiling, kernel});
         std::printf("ratio %.3f | T=%-2d | %.4f ms (gpu %.4f ms) | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n",
                     gbps / ceiling, T, tm.wall_ms, tm.gpu_ms, bytes, gbps, ceiling, kernel.c_str());
         cuda::Tuning ev = cfgs[size_t(best_cfg)].t;
-        ev.stage_events = true;
+        ev.hooks.stage_events = true;
         cuda::set_tuning(*gpu, ev);
         const Timing st = time_forward(*gpu, T, runs, req);
         std::printf("        stages (events on, wall %.4f ms):", st.wall_ms);
@@ -429,20 +415,6 @@ int main(int argc, char** argv) {
           const Timing t32 = time_forward(*gpu, T, runs, f32);
           std::printf("T=%d f32 route: %.4f ms (ratio %.3f)\n", T, t32.wall_ms, bytes / (t32.wall_ms * 1e6) / ceiling);
         }
-        // The access pattern's own ceiling: the T=1 stream walk with the arithmetic removed.
-        for (int warps : {16, 12, 8}) {
-          cuda::Tuning w = best;
-          w.stream_tma = false;
-          w.tma_from_tokens = 0;
-          w.stream_walk_only = true;
-          w.stream_warps = warps;
-          cuda::set_tuning(*gpu, w);
-          const Timing tw = time_forward(*gpu, 1, runs, req);
-          std::printf("ratio %.3f | stream walk without arithmetic, %d warps x %d buffers | %.4f ms (gpu %.4f ms) | %.0f B "
-                      "| %.1f GB/s | ceiling %.1f GB/s\n",
-                      bytes / (tw.wall_ms * 1e6) / ceiling, warps, warps == 16 ? 2 : warps == 12 ? 3 : 4, tw.wall_ms,
-                      tw.gpu_ms, bytes, bytes / (tw.wall_ms * 1e6), ceiling);
-        }
         cuda::set_tuning(*gpu, best);
       }
       // The same shape with cap-saturated logits (d_scale 1): many ids tie at the maximum.
@@ -458,7 +430,7 @@ int main(int argc, char** argv) {
           std::printf("ratio %.3f | T=%-2d cap-saturated head (token 0: max %g, %lld tied) | %.4f ms | %.0f B | %.1f GB/s "
                       "| ceiling %.1f GB/s | %s\n",
                       bytes / (ts.wall_ms * 1e6) / ceiling, T, so.summaries[0].max, (long long)so.summaries[0].tie_count,
-                      ts.wall_ms, bytes, bytes / (ts.wall_ms * 1e6), ceiling, cuda::last_call(*sgpu).kernel.c_str());
+                      ts.wall_ms, bytes, bytes / (ts.wall_ms * 1e6), ceiling, cuda::kernel_name(cuda::last_call(*sgpu).kernel));
         }
       }
     }
@@ -473,28 +445,30 @@ int main(int argc, char** argv) {
         auto b = make_cuda_backend(h.view, 1);
         const std::string name(tensor_type_name(type));
         const double ob = double(h.view.vocab) * double(h.view.row_bytes);
+        cuda::HeadKernel stream_kernel = cuda::HeadKernel::generic;
+        std::printf("%s head: %.0f B in the file, %llu B held on the GPU\n", name.c_str(), ob,
+                    (unsigned long long)cuda::head_device_bytes(*b));
         {
           ForwardRequest lr = req;
           lr.want_logits = true;
           const std::vector<float> hidden = make_hidden(1, 5);
           ForwardOutput fast, generic;
           b->forward(hidden.data(), 1, lr, fast);
-          const std::string fast_kernel = cuda::last_call(*b).kernel;
-          cuda::Tuning g;
-          g.stream_kernel = false;
-          cuda::set_tuning(*b, g);
+          stream_kernel = cuda::last_call(*b).kernel;
+          const std::string fast_kernel = cuda::kernel_name(stream_kernel);
+          cuda::set_tuning(*b, cuda::force_kernel(cuda::HeadKernel::generic));
           b->forward(hidden.data(), 1, lr, generic);
           size_t diff = 0;
           for (size_t i = 0; i < fast.logits.size(); ++i) diff += std::memcmp(&fast.logits[i], &generic.logits[i], 4) != 0;
           std::printf("check %s T=1: %s vs %s capped logits: %zu of %zu differ (max %g, %lld tied)\n", name.c_str(),
-                      fast_kernel.c_str(), cuda::last_call(*b).kernel.c_str(), diff, fast.logits.size(),
+                      fast_kernel.c_str(), cuda::kernel_name(cuda::last_call(*b).kernel), diff, fast.logits.size(),
                       fast.summaries[0].max, (long long)fast.summaries[0].tie_count);
         }
         // T=2 with each warp configuration (16 x 2, 12 x 3, 8 x 4 item buffers).
         for (int warps : {16, 12, 8}) {
-          cuda::Tuning w = best;
-          w.stream_warps = warps;
-          w.stream_warps_t2 = 0;
+          if (stream_kernel == cuda::HeadKernel::generic) break;  // no stream layout held: one configuration
+          cuda::Tuning w = cuda::force_kernel(stream_kernel, warps);
+          w.hooks = best.hooks;
           cuda::set_tuning(*b, w);
           const Timing tw = time_forward(*b, 2, runs, req);
           std::printf("ratio %.3f | %s T=2  | %d warps | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s\n",
@@ -505,7 +479,7 @@ int main(int argc, char** argv) {
         for (int T : {1, 2, 4, 8, 16}) {
           const Timing tm = time_forward(*b, T, runs, req);
           const double gbps = ob / (tm.wall_ms * 1e6);
-          others.push_back({type, T, tm.wall_ms, gbps / ceiling, ob, cuda::last_call(*b).kernel});
+          others.push_back({type, T, tm.wall_ms, gbps / ceiling, ob, cuda::kernel_name(cuda::last_call(*b).kernel)});
           std::printf("ratio %.3f | %s T=%-2d | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n", gbps / ceiling,
                       name.c_str(), T, tm.wall_ms, ob, gbps, ceiling, others.back().kernel.c_str());
         }

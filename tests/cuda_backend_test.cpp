@@ -15,6 +15,8 @@
 
 #include "backend/backend.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "cuda/device_layout.hpp"
+#include "cuda/stream_layout.hpp"
 #include "gguf/gguf.hpp"
 #include "lmhead/lmhead.hpp"
 #include "random_head.hpp"
@@ -99,39 +101,41 @@ ForwardOutput run(Backend& b, const std::vector<float>& hidden, int T, const For
   return out;
 }
 
+// Every kernel a plan can choose for a head of `type` on the q8 route, generic last.
+std::vector<cuda::HeadKernel> kernels_for(TensorType type) {
+  std::vector<cuda::HeadKernel> ks;
+  for (cuda::HeadKernel k : cuda::kHeadKernels)
+    if (cuda::kernel_reads_type(k, type)) ks.push_back(k);
+  return ks;
+}
+
+// Whether a forced `k` runs a call of T tokens (else the plan's own kernel does).
+bool runs_tokens(cuda::HeadKernel k, int T) { return T <= cuda::desc(k).max_tokens || cuda::desc(k).passes; }
+
+std::string name_of(cuda::HeadKernel k) { return cuda::kernel_name(k); }
+
 TEST(CudaBackend, Q5KMatchesScalarForEveryTokenCount) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(seed_of_this_run());
   const RandomHead head = random_head(TensorType::Q5_K, 1237, 512, rng);
   auto scalar = make_scalar_backend(head.view);
   auto gpu = make_cuda_backend(head.view, 1);
-  cuda::Tuning tuning;
-  tuning.check_guards = true;
   ForwardRequest req;
   req.want_logits = true;
   for (int T = 1; T <= 16; ++T) {
     const std::vector<float> hidden = random_hidden(T, 512, rng);
     const ForwardOutput ref = run(*scalar, hidden, T, req);
-    // TMA and register stream kernels (T <= 4), tokens-in-N stream kernel, lanes kernel (T <= 2),
-    // staged tokens-in-N kernel, generic
-    static const char* const kNames[] = {"q5k_tma", "q5k_stream", "q5k_stream_n", "q5k_lanes", "q5k_mma", "generic"};
-    for (int variant = 0; variant < 6; ++variant) {
-      tuning.stream_kernel = variant <= 1;
-      tuning.stream_tma = variant == 0;
-      tuning.tma_from_tokens = 0;
-      tuning.stream_max_tokens = 4;
-      tuning.stream_n_kernel = variant == 2;
-      tuning.lanes_kernel = variant == 3;
-      tuning.use_mma = variant < 5;
-      if (variant <= 1 && T > 4) continue;
-      if (variant == 3 && T > 2) continue;
+    for (cuda::HeadKernel k : kernels_for(TensorType::Q5_K)) {
+      if (!runs_tokens(k, T)) continue;
+      cuda::Tuning tuning = cuda::force_kernel(k);
+      tuning.hooks.check_guards = true;
       cuda::set_tuning(*gpu, tuning);
       for (int rep = 0; rep < 2; ++rep) {  // the first call runs directly, the second replays the graph
         const ForwardOutput got = run(*gpu, hidden, T, req);
         const cuda::CallInfo info = cuda::last_call(*gpu);
-        EXPECT_EQ(info.kernel, kNames[variant]);
+        EXPECT_EQ(info.kernel, k);
         EXPECT_TRUE(info.guards_intact) << "a kernel wrote outside the logits";
-        expect_same(ref, got, req, "Q5_K T=" + std::to_string(T) + " kernel " + info.kernel + " rep " + std::to_string(rep));
+        expect_same(ref, got, req, "Q5_K T=" + std::to_string(T) + " kernel " + name_of(info.kernel) + " rep " + std::to_string(rep));
       }
     }
   }
@@ -145,24 +149,21 @@ TEST(CudaBackend, Q5KMmaConfigurationsAgree) {
   auto gpu = make_cuda_backend(head.view, 1);
   ForwardRequest req;
   req.want_logits = true;
-  const struct { int warps; bool pdl, events, prefetch; } configs[] = {
-      {8, true, true, false}, {12, true, false, true}, {16, true, false, false}, {12, false, false, true}};
+  const struct { int warps; bool pdl, events; } configs[] = {{8, true, true}, {12, true, false}, {16, true, false}, {12, false, false}};
   for (int T : {1, 2, 9, 16}) {
     const std::vector<float> hidden = random_hidden(T, 768, rng);
     const ForwardOutput ref = run(*scalar, hidden, T, req);
     for (const auto& c : configs) {
-      cuda::Tuning t;
-      t.stream_kernel = t.stream_n_kernel = false;  // the staged kernels
-      t.mma_warps = c.warps;
-      t.pdl = c.pdl;
-      t.stage_events = c.events;
-      t.prefetch_l2 = c.prefetch;
-      t.check_guards = true;
+      cuda::Tuning t = cuda::force_kernel(cuda::HeadKernel::q5k_mma, c.warps);
+      t.hooks.pdl = c.pdl;
+      t.hooks.stage_events = c.events;
+      t.hooks.check_guards = true;
       cuda::set_tuning(*gpu, t);
       ForwardRequest timed = req;
       timed.want_stage_times = c.events;
       for (int rep = 0; rep < 2; ++rep) {
         const ForwardOutput got = run(*gpu, hidden, T, timed);
+        EXPECT_EQ(cuda::last_call(*gpu).kernel, cuda::HeadKernel::q5k_mma);
         EXPECT_TRUE(cuda::last_call(*gpu).guards_intact);
         expect_same(ref, got, req, "T=" + std::to_string(T) + " warps " + std::to_string(c.warps));
       }
@@ -184,35 +185,31 @@ TEST(CudaBackend, Q5KStreamConfigurationsAgree) {
     ForwardRequest req;
     req.want_logits = true;
     req.top_k = int(std::min<int64_t>(5, sh.V));
-    // ring >= 0: the TMA kernel with that ring; -1: the register kernel with that many warps.
-    const struct { int ring, warps; bool pdl, events; } configs[] = {
-        {0, 16, true, false},  {1, 16, true, true},   {2, 16, false, false}, {3, 16, true, false},
-        {-1, 16, true, false}, {-1, 12, true, true}, {-1, 8, false, false},  {-1, 12, true, false}};
-    for (int T = 1; T <= 4; ++T) {
+    using cuda::HeadKernel;
+    const struct { HeadKernel kernel; int warps; bool pdl, events; } configs[] = {
+        {HeadKernel::q5k_tma, 16, true, false},    {HeadKernel::q5k_tma, 16, true, true},
+        {HeadKernel::q5k_tma, 16, false, false},   {HeadKernel::q5k_stream, 16, true, false},
+        {HeadKernel::q5k_stream, 12, true, true},  {HeadKernel::q5k_stream, 8, false, false},
+        {HeadKernel::q5k_stream, 12, true, false}};
+    for (int T = 1; T <= 2; ++T) {
       const std::vector<float> hidden = random_hidden(T, sh.H, rng);
       const ForwardOutput ref = run(*scalar, hidden, T, req);
       for (const auto& c : configs) {
-        cuda::Tuning t;
-        t.stream_max_tokens = 4;
-        t.stream_tma = c.ring >= 0;
-        t.tma_from_tokens = 0;
-        t.tma_ring = c.ring >= 0 ? c.ring : 0;
-        t.stream_warps = c.warps;
-        t.stream_warps_t2 = 0;
-        t.pdl = c.pdl;
-        t.stage_events = c.events;
-        t.check_guards = true;
+        cuda::Tuning t = cuda::force_kernel(c.kernel, c.warps);
+        t.hooks.pdl = c.pdl;
+        t.hooks.stage_events = c.events;
+        t.hooks.check_guards = true;
         cuda::set_tuning(*gpu, t);
         ForwardRequest timed = req;
         timed.want_stage_times = c.events;
         for (int rep = 0; rep < 2; ++rep) {
           const ForwardOutput got = run(*gpu, hidden, T, timed);
           const cuda::CallInfo info = cuda::last_call(*gpu);
-          EXPECT_EQ(info.kernel, c.ring >= 0 ? "q5k_tma" : "q5k_stream");
-          EXPECT_TRUE(info.guards_intact) << info.kernel << " wrote outside the logits";
+          EXPECT_EQ(info.kernel, c.kernel);
+          EXPECT_TRUE(info.guards_intact) << name_of(info.kernel) << " wrote outside the logits";
           expect_same(ref, got, req,
-                      "V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
-                          " ring " + std::to_string(c.ring) + " warps " + std::to_string(c.warps));
+                      "V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) + " " +
+                          name_of(c.kernel) + " warps " + std::to_string(c.warps));
         }
       }
     }
@@ -237,15 +234,13 @@ TEST(CudaBackend, Q5KStreamTokensInNAgrees) {
       const ForwardOutput ref = run(*scalar, hidden, T, req);
       for (int warps : {8, 12, 16}) {
         if (T > 8 && warps != 8) continue;  // two token tiles always run 8 warps
-        cuda::Tuning t;
-        t.stream_kernel = false;
-        t.stream_n_warps = warps;
-        t.check_guards = true;
+        cuda::Tuning t = cuda::force_kernel(cuda::HeadKernel::q5k_stream_n, warps);
+        t.hooks.check_guards = true;
         cuda::set_tuning(*gpu, t);
         for (int rep = 0; rep < 2; ++rep) {
           const ForwardOutput got = run(*gpu, hidden, T, req);
           const cuda::CallInfo info = cuda::last_call(*gpu);
-          EXPECT_EQ(info.kernel, "q5k_stream_n");
+          EXPECT_EQ(info.kernel, cuda::HeadKernel::q5k_stream_n);
           EXPECT_TRUE(info.guards_intact) << "the tokens-in-N stream kernel wrote outside the logits";
           expect_same(ref, got, req,
                       "V=" + std::to_string(sh.V) + " H=" + std::to_string(sh.H) + " T=" + std::to_string(T) +
@@ -263,8 +258,9 @@ TEST(CudaBackend, Q5KStreamTokensInNAgrees) {
 TEST(CudaBackend, StreamKernelAgreesOnQ4KQ6KQ80) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(seed_of_this_run() + 13);
-  const struct { TensorType type; const char* kernel; } types[] = {
-      {TensorType::Q4_K, "q4k_stream"}, {TensorType::Q6_K, "q6k_stream"}, {TensorType::Q8_0, "q8_0_stream"}};
+  const struct { TensorType type; cuda::HeadKernel kernel; } types[] = {{TensorType::Q4_K, cuda::HeadKernel::q4k_stream},
+                                                                       {TensorType::Q6_K, cuda::HeadKernel::q6k_stream},
+                                                                       {TensorType::Q8_0, cuda::HeadKernel::q8_0_stream}};
   const struct { int64_t V, H; } shapes[] = {{4099, 768}, {1, 256}, {17, 512}, {30011, 1280}};
   for (const auto& ty : types)
     for (const auto& sh : shapes) {
@@ -279,15 +275,13 @@ TEST(CudaBackend, StreamKernelAgreesOnQ4KQ6KQ80) {
         const ForwardOutput ref = run(*scalar, hidden, T, req);
         for (int warps : {16, 12, 8}) {
           if (T > 2 && warps != 16) continue;  // T > 2 always runs 8 warps
-          cuda::Tuning t;
-          t.stream_warps = warps;
-          t.stream_warps_t2 = 0;  // this configuration at T = 2 as well
-          t.check_guards = true;
+          cuda::Tuning t = cuda::force_kernel(ty.kernel, warps);  // every pass, T = 2 as well
+          t.hooks.check_guards = true;
           cuda::set_tuning(*gpu, t);
           const ForwardOutput got = run(*gpu, hidden, T, req);
           const cuda::CallInfo info = cuda::last_call(*gpu);
           EXPECT_EQ(info.kernel, ty.kernel);
-          EXPECT_TRUE(info.guards_intact) << "the " << ty.kernel << " kernel wrote outside the logits";
+          EXPECT_TRUE(info.guards_intact) << "the " << name_of(ty.kernel) << " kernel wrote outside the logits";
           expect_same(ref, got, req,
                       std::string(tensor_type_name(ty.type)) + " V=" + std::to_string(sh.V) + " H=" +
                           std::to_string(sh.H) + " T=" + std::to_string(T) + " warps " + std::to_string(warps));
@@ -370,22 +364,14 @@ TEST(CudaBackend, SaturatedCapTies) {
   auto gpu = make_cuda_backend(head.view, 1);
   ForwardRequest req;
   req.top_k = 20;
-  for (int variant = 0; variant < 6; ++variant) {  // TMA, register stream, stream tokens-in-N, lanes, staged, generic
-    cuda::Tuning t;
-    t.stream_kernel = variant <= 1;
-    t.stream_tma = variant == 0;
-    t.tma_from_tokens = 0;
-    t.stream_max_tokens = 4;
-    t.stream_n_kernel = variant == 2;
-    t.lanes_kernel = variant == 3;
-    t.use_mma = variant < 5;
-    cuda::set_tuning(*gpu, t);
+  for (cuda::HeadKernel k : kernels_for(TensorType::Q5_K)) {
+    cuda::set_tuning(*gpu, cuda::force_kernel(k));
     for (int T : {1, 2, 3, 12}) {
       const std::vector<float> hidden = random_hidden(T, 256, rng);
       const ForwardOutput ref = run(*scalar, hidden, T, req);
       const ForwardOutput got = run(*gpu, hidden, T, req);
       EXPECT_GT(ref.summaries[0].tie_count, 16) << "the test should produce wide ties";
-      expect_same(ref, got, req, "saturated ties " + cuda::last_call(*gpu).kernel + " T=" + std::to_string(T));
+      expect_same(ref, got, req, "saturated ties " + name_of(cuda::last_call(*gpu).kernel) + " T=" + std::to_string(T));
     }
   }
 }
@@ -411,7 +397,7 @@ TEST(CudaBackend, SparseTiesFarApart) {
     const ForwardOutput ref = run(*scalar, hidden, T, req);
     const ForwardOutput got = run(*gpu, hidden, T, req);
     for (const auto& s : ref.summaries) sparse += s.tie_count == 4;
-    expect_same(ref, got, req, "sparse ties " + cuda::last_call(*gpu).kernel + " T=" + std::to_string(T));
+    expect_same(ref, got, req, "sparse ties " + name_of(cuda::last_call(*gpu).kernel) + " T=" + std::to_string(T));
   }
   EXPECT_GT(sparse, 0) << "no token had the four copies as its maximum";
 }
@@ -438,12 +424,12 @@ TEST(CudaBackend, ArgmaxOnlyCallsWaitOnTheDoneFlag) {
         const ForwardOutput ref = run(*scalar, hidden, T, req);
         for (bool poll : {true, false}) {
           cuda::Tuning t;
-          t.poll_done = poll;
+          t.hooks.poll_done = poll;
           cuda::set_tuning(*gpu, t);
           const ForwardOutput got = run(*gpu, hidden, T, req);
           const cuda::CallInfo info = cuda::last_call(*gpu);
           EXPECT_EQ(info.polled, poll) << tensor_type_name(type) << " T=" << T;
-          expect_same(ref, got, req, std::string(tensor_type_name(type)) + " " + info.kernel + " T=" + std::to_string(T) +
+          expect_same(ref, got, req, std::string(tensor_type_name(type)) + " " + name_of(info.kernel) + " T=" + std::to_string(T) +
                                          (poll ? " polled" : " stream sync"));
         }
       }
@@ -455,6 +441,34 @@ TEST(CudaBackend, ArgmaxOnlyCallsWaitOnTheDoneFlag) {
   }
 }
 
+// One copy of the head in each layout its plans read: a Q5_K head holds its two stream layouts; the
+// file's rows come with the first call whose plan reads them (the f32 route's generic kernel).
+TEST(CudaBackend, HeadCopiesFollowThePlans) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 16);
+  const int64_t V = 4099, H = 512;
+  const RandomHead head = random_head(TensorType::Q5_K, V, H, rng);
+  auto scalar = make_scalar_backend(head.view);
+  auto gpu = make_cuda_backend(head.view, 1);
+  const cuda::DeviceLayout layout = cuda::device_layout(TensorType::Q5_K, H);
+  const uint64_t stream_bytes = 2 * cuda::stream::bytes(V, layout.groups);
+  EXPECT_EQ(cuda::head_device_bytes(*gpu), stream_bytes);
+  EXPECT_EQ(gpu->device_bytes(), stream_bytes);
+  ForwardRequest req;
+  req.want_logits = true;
+  for (int T : {1, 2, 5}) {
+    const std::vector<float> hidden = random_hidden(T, H, rng);
+    expect_same(run(*scalar, hidden, T, req), run(*gpu, hidden, T, req), req, "q8 route T=" + std::to_string(T));
+  }
+  EXPECT_EQ(cuda::head_device_bytes(*gpu), stream_bytes);
+  ForwardRequest f32 = req;
+  f32.activations = ActivationRoute::f32;
+  const std::vector<float> hidden = random_hidden(3, H, rng);
+  expect_same(run(*scalar, hidden, 3, f32), run(*gpu, hidden, 3, f32), f32, "f32 route");
+  EXPECT_EQ(cuda::last_call(*gpu).kernel, cuda::HeadKernel::generic);
+  EXPECT_EQ(cuda::head_device_bytes(*gpu), stream_bytes + uint64_t(V) * uint64_t(layout.row_stride) + 256);
+}
+
 TEST(CudaBackend, BatchInvariance) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(seed_of_this_run() + 6);
@@ -464,9 +478,7 @@ TEST(CudaBackend, BatchInvariance) {
   req.want_logits = true;
   const std::vector<float> batch = random_hidden(16, 512, rng);
   for (bool mma : {true, false}) {
-    cuda::Tuning t;
-    t.use_mma = mma;
-    cuda::set_tuning(*gpu, t);
+    cuda::set_tuning(*gpu, mma ? cuda::Tuning{} : cuda::force_kernel(cuda::HeadKernel::generic));
     const ForwardOutput all = run(*gpu, batch, 16, req);
     for (int T : {1, 2, 5, 9}) {
       for (int first = 0; first + T <= 16; first += T) {
@@ -498,7 +510,7 @@ TEST(CudaBackend, SequentialNormPathGivesSameBytes) {
     const cuda::CallInfo info = cuda::last_call(*gpu);
     for (int i = 0; i < 16; ++i) sequential += info.norm_path[i];
     tokens += 16;
-    t.force_sequential_norm = true;
+    t.hooks.force_sequential_norm = true;
     cuda::set_tuning(*gpu, t);
     const ForwardOutput slow = run(*gpu, hidden, 16, req);
     for (int i = 0; i < 16; ++i) EXPECT_EQ(cuda::last_call(*gpu).norm_path[i], 1);
@@ -518,7 +530,7 @@ TEST(CudaBackend, StageTimesNameTheHead) {
   const std::vector<float> hidden = random_hidden(4, 2048, rng);
   for (bool events : {true, false}) {
     cuda::Tuning t;
-    t.stage_events = events;
+    t.hooks.stage_events = events;
     cuda::set_tuning(*gpu, t);
     ForwardRequest req;
     req.want_stage_times = true;
@@ -541,7 +553,7 @@ TEST(CudaBackend, StageTimesNameTheHead) {
   // Without a request for stage times there are no event nodes: one total that still names the
   // head, or none at all when the call waits on the kernel's done flag (no events to time).
   cuda::Tuning t;
-  t.poll_done = false;
+  t.hooks.poll_done = false;
   cuda::set_tuning(*gpu, t);
   const ForwardOutput out = run(*gpu, hidden, 4, ForwardRequest{});
   ASSERT_EQ(out.times.size(), 1u);
@@ -569,17 +581,10 @@ TEST(CudaBackend, GoldenFilesByteForByte) {
     };
     const std::vector<float> hidden = tensor("hidden");
     const int T = int(hidden.size() / size_t(c.hidden));
-    for (int variant = 0; variant < 6; ++variant) {  // TMA, register stream, stream tokens-in-N, lanes, staged, generic
+    for (cuda::HeadKernel k : kernels_for(h.type)) {
+      if (!runs_tokens(k, T)) continue;
       auto gpu = make_cuda_backend(h, 1);
-      cuda::Tuning t;
-      t.stream_kernel = variant <= 1;
-      t.stream_tma = variant == 0;
-      t.tma_from_tokens = 0;
-      t.stream_max_tokens = 4;
-      t.stream_n_kernel = variant == 2;
-      t.lanes_kernel = variant == 3;
-      t.use_mma = variant < 5;
-      cuda::set_tuning(*gpu, t);
+      cuda::set_tuning(*gpu, cuda::force_kernel(k));
       ForwardRequest req;
       req.want_stages = true;
       const ForwardOutput out = run(*gpu, hidden, T, req);

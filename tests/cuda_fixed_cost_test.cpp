@@ -55,7 +55,7 @@ struct Split {
 
 Split time_calls(Backend& b, const std::vector<float>& hidden, int T, bool events, int runs) {
   cuda::Tuning t;
-  t.stage_events = events;
+  t.hooks.stage_events = events;
   cuda::set_tuning(b, t);
   ForwardRequest req;
   req.want_stage_times = true;

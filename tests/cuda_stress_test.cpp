@@ -18,6 +18,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -129,19 +130,6 @@ std::string difference(const Case& c, const ForwardRequest& req, const ForwardOu
   return "";
 }
 
-// Forces one head kernel (the names are CallInfo::kernel's); the other fields stay default.
-cuda::Tuning tuning_for(const std::string& kernel) {
-  cuda::Tuning t;
-  t.tma_from_tokens = 0;
-  if (kernel == "q5k_tma") { t.stream_tma = true; t.stream_max_tokens = 4; }
-  if (kernel == "q5k_stream") t.stream_max_tokens = 4;
-  if (kernel == "q5k_stream_n") t.stream_kernel = false;
-  if (kernel == "q5k_lanes") t.stream_kernel = t.stream_n_kernel = false;
-  if (kernel == "q5k_mma") t.stream_kernel = t.stream_n_kernel = t.lanes_kernel = false;
-  if (kernel == "generic") { t.stream_kernel = t.stream_n_kernel = false; t.use_mma = false; }
-  return t;
-}
-
 class CudaStress : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -154,13 +142,13 @@ TEST_F(CudaStress, ManyBackendsManyThreadsGiveTheScalarBytes) {
   const uint64_t seed = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  struct Spec { TensorType type; int64_t V, H; std::vector<std::string> kernels; int shards_a, shards_b; };
+  struct Spec { TensorType type; int64_t V, H; bool every_kernel; int shards_a, shards_b; };
   const std::vector<Spec> specs = {
-      {TensorType::Q5_K, 6007, 512, {"default", "q5k_tma", "q5k_stream", "q5k_stream_n", "q5k_lanes", "q5k_mma", "generic"}, 2, 3},
-      {TensorType::Q6_K, 4101, 768, {"default", "generic"}, 2, 0},
-      {TensorType::Q4_K, 4099, 512, {"default", "generic"}, 3, 0},
-      {TensorType::Q8_0, 3001, 512, {"default", "generic"}, 2, 0},
-      {TensorType::F16, 2003, 256, {"default"}, 3, 0},
+      {TensorType::Q5_K, 6007, 512, true, 2, 3},
+      {TensorType::Q6_K, 4101, 768, true, 2, 0},
+      {TensorType::Q4_K, 4099, 512, true, 3, 0},
+      {TensorType::Q8_0, 3001, 512, true, 2, 0},
+      {TensorType::F16, 2003, 256, false, 3, 0},
   };
   std::vector<std::unique_ptr<Head>> heads;
   std::vector<std::unique_ptr<Unit>> units;
@@ -186,12 +174,17 @@ TEST_F(CudaStress, ManyBackendsManyThreadsGiveTheScalarBytes) {
       c.cuda_sum_exp = o.sum_exp;
       head->cases.push_back(std::move(c));
     }
-    for (const std::string& k : s.kernels) {
+    // The default plan, then each kernel that reads this head type forced (the plan's kernel where
+    // the forced one cannot run a call).
+    std::vector<std::optional<cuda::HeadKernel>> kernels = {std::nullopt};
+    for (cuda::HeadKernel k : cuda::kHeadKernels)
+      if (s.every_kernel && cuda::kernel_reads_type(k, s.type)) kernels.push_back(k);
+    for (const std::optional<cuda::HeadKernel>& k : kernels) {
       auto u = std::make_unique<Unit>();
-      u->name = head->name + " " + k;
+      u->name = head->name + " " + (k ? cuda::kernel_name(*k) : "default");
       u->head = head.get();
       u->backend = make_cuda_backend(h, 1);
-      if (k != "default") cuda::set_tuning(*u->backend, tuning_for(k));
+      if (k) cuda::set_tuning(*u->backend, cuda::force_kernel(*k));
       units.push_back(std::move(u));
     }
     for (int shards : {s.shards_a, s.shards_b}) {

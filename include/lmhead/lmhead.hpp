@@ -275,6 +275,9 @@ class Engine {
   VerifyResult verify(std::span<const float> hidden, std::span<const int32_t> draft, const RunOptions& options = {},
                       std::span<const float> draft_probs = {});
   std::string backend_name() const;
+  // Bytes of the head held in GPU memory now (0 on the CPU); a copy a plan reads only on some
+  // routes (the file's rows next to the stream layouts) is counted once a call has needed it.
+  uint64_t device_bytes() const;
   const Model& model() const { return *model_; }
 
  private:

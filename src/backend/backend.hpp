@@ -86,6 +86,8 @@ class Backend {
   virtual bool takes_normed_input() const { return false; }
   // True when forward() computes Route::llamacpp's paths; the engine refuses the route otherwise.
   virtual bool takes_llamacpp_route() const { return false; }
+  // Bytes of the head this backend holds on accelerators now (the CPU backends read the mapped file).
+  virtual uint64_t device_bytes() const { return 0; }
 };
 
 std::unique_ptr<Backend> make_scalar_backend(const HeadView& head);

@@ -136,7 +136,8 @@ int bench(const BenchArgs& a) {
                     {"softcap", a.route.softcap}, {"route", a.route.route}, {"llamacpp_path", last.llamacpp_path},
                     {"llamacpp_reproduced", last.reproduces_llamacpp}, {"top_k", a.route.top_k}, {"logprobs", a.route.logprobs}, {"backend", engine.backend_name()}, {"median_ms", median},
                     {"min_ms", lo}, {"max_ms", hi}, {"runs", ms.size()}, {"bytes", c.head_bytes}, {"gbps", gbps},
-                    {"ceiling_gbps", ceiling}, {"ratio", ratio}, {"stages_ms", stages}});
+                    {"ceiling_gbps", ceiling}, {"ratio", ratio}, {"stages_ms", stages},
+                    {"device_bytes", engine.device_bytes()}});
     if (compare) {
       rows.back()["sampling"] = {{"temperature", route.sampling.temperature}, {"top_k", route.sampling.top_k},
                                  {"top_p", route.sampling.top_p}, {"min_p", route.sampling.min_p},
@@ -164,6 +165,8 @@ int bench(const BenchArgs& a) {
       if (compare)
         std::printf("          %s: %.3f ms vs argmax-only %.3f ms in the same run: x%.4f\n",
                     a.verify ? "verification of T-1 drafts" : "sampling", median, plain_median, median / plain_median);
+      if (engine.device_bytes() > 0)
+        std::printf("          head bytes held on the GPU: %s\n", with_commas(engine.device_bytes()).c_str());
       std::printf("          stages (one profiled run):");
       for (const StageTime& s : last.times) std::printf("  %s %.3f ms", s.label.c_str(), s.ms);
       std::printf("\n");

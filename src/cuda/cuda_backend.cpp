@@ -12,18 +12,21 @@
 #include <cstring>
 #include <map>
 #include <string>
-#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/head_math.hpp"
+#include "cuda/call_results.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_head.hpp"
 #include "cuda/device_memory.hpp"
+#include "cuda/graph_cache.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/multi_gpu.hpp"
+#include "cuda/plan.hpp"
 #include "cuda/spin.hpp"
-#include "cuda/stream_layout.hpp"
 #include "quant/activation.hpp"
 
 namespace lmhead {
@@ -34,13 +37,10 @@ constexpr int kPartialBlocksPerSm = 8;
 constexpr size_t kGuard = 1024;         // sentinel floats before and after the device logits
 constexpr uint32_t kGuardWord = 0xA5A5A5A5u;
 
+// One call as the graph cache sees it: the plan and the request's outputs.
 struct Shape {
   int T = 0;
-  bool mma = false;
-  bool lanes = false;  // the T <= 2 tensor-core kernel with the float lanes in N
-  bool stream = false; // the T <= 4 kernels that read the stream layout (registers or TMA)
-  bool tma = false;    // ... through shared memory with the TMA unit
-  bool stream_n = false;  // the tokens-in-N kernel on the sub-blocks stream layout
+  Plan plan;
   bool float_route = false;
   ActFormat format = ActFormat::q8_K;
   int cap_mode = kScaleOnly;
@@ -48,20 +48,21 @@ struct Shape {
   bool logprobs = false;
   bool logits = false;
   bool stages = false;
-  bool events = false;  // event nodes between the stages (Tuning::stage_events and the request asks for stage times)
+  bool events = false;  // event nodes between the stages (TestHooks::stage_events and the request asks for stage times)
+  bool pdl = false;
+  bool sequential_norm = false;
   bool input_normed = false;  // the prep kernel skips the norm (--input normed)
 
-  std::string key(const Tuning& t) const {
-    char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "T%d m%d%d%d%d%d f%d a%d c%d k%d l%d o%d s%d e%d n%d | %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", T, mma,
-                  lanes, stream, tma, stream_n, float_route, int(format), cap_mode, k, logprobs, logits, stages, events, input_normed,
-                  t.use_mma, t.mma_warps, t.pdl, t.prefetch_l2, t.stage_events, t.force_sequential_norm, t.stream_warps,
-                  t.stream_tma, t.tma_ring, t.stream_n_kernel, t.stream_n_warps, t.stream_walk_only, t.tma_from_tokens,
-                  t.stream_warps_t2, t.stream_max_tokens);
-    return buf;
+  auto key() const {
+    const unsigned flags = unsigned(logprobs) | unsigned(logits) << 1 | unsigned(stages) << 2 | unsigned(events) << 3 |
+                           unsigned(pdl) << 4 | unsigned(sequential_norm) << 5 | unsigned(input_normed) << 6;
+    return std::tuple(T, plan.kernel, plan.warps, plan.last_warps, int(format), cap_mode, k, flags);
   }
 };
+using GraphKey = decltype(Shape{}.key());
+
+// The timing events of a call, in the order they are recorded.
+enum Event : int { kCallStart, kPrepDone, kHeadDone, kSelectDone, kCallEnd, kEvents };
 
 class CudaBackend final : public Backend {
  public:
@@ -74,7 +75,6 @@ class CudaBackend final : public Backend {
     if (head.vocab <= 0 || head.hidden <= 0 || head.weights == nullptr || head.gamma == nullptr)
       throw Error("the cuda backend needs a head with weights, gamma and positive shapes");
     if (head.vocab > (int64_t(1) << 31) - 1) throw Error("the cuda backend supports vocabularies below 2^31");
-    layout_ = device_layout(head.type, head.hidden);
     int devices = 0;
     CUDA_CHECK(cudaGetDeviceCount(&devices));
     if (device < 0 || device >= devices)
@@ -87,12 +87,13 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
     CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    graphs_ = std::make_unique<GraphCache<GraphKey>>(stream_);
     for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreate(&e));
 
     // Every upload, fill and kernel of this backend goes to stream_, so each is ordered before
     // the work that reads it (docs/cuda.md, "Completion"); the synchronize at the end makes the
     // backend complete when the constructor returns.
-    upload_weights();
+    head_copies_ = std::make_unique<DeviceHead>(head, stream_);
     const int64_t H = head.hidden, V = head.vocab;
     gamma_.reset(size_t(H), stream_);
     CUDA_CHECK(cudaMemcpyAsync(gamma_.get(), head.gamma, size_t(H) * 4, cudaMemcpyHostToDevice, stream_));
@@ -128,13 +129,14 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaSetDevice(device_);  // the members' memory lives on this backend's device
-    clear_graphs();
+    graphs_.reset();         // before the stream it synchronizes
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
   std::string name() const override { return device_ == 0 ? "cuda" : "cuda:" + std::to_string(device_); }
   bool takes_normed_input() const override { return true; }
+  uint64_t device_bytes() const override { return head_device_bytes(); }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
     if (tokens < 1 || tokens > kMaxTokens)
@@ -146,6 +148,7 @@ class CudaBackend final : public Backend {
     const auto t_enter = std::chrono::steady_clock::now();
     CUDA_CHECK(cudaSetDevice(device_));  // any host thread may call; cheap when already current
     Shape shape = make_shape(tokens, req);
+    head_copies_->ensure(desc(shape.plan.kernel).reads);
     ensure_buffers(shape);
 
     // A caller that already wrote the hidden states into this backend's input buffer saves the
@@ -153,85 +156,34 @@ class CudaBackend final : public Backend {
     float* const input = shared_input_ != nullptr ? shared_input_ : hidden_.host();
     if (hidden != input) std::memcpy(input, hidden, size_t(tokens) * size_t(H) * sizeof(float));
     const auto t_copied = std::chrono::steady_clock::now();
-    const std::string key = shape.key(tuning_);
+    const GraphKey key = shape.key();
     last_ = CallInfo{};
-    last_.kernel = shape.stream_n ? "q5k_stream_n" : shape.tma ? "q5k_tma"
-                   : shape.stream ? stream_kernel_name() : shape.lanes ? "q5k_lanes" : shape.mma ? "q5k_mma" : "generic";
+    last_.kernel = shape.plan.kernel;
+    last_.warps = shape.plan.warps;
     last_.tokens = tokens;
     // One graph replay per call, timed by events around it (and, with stage events, by event
     // nodes between its stages). The first call of a shape runs directly (it also sets the
     // kernels' attributes), then its graph is captured for the next calls.
     // Nothing after the head kernel: wait on its done flag, and skip the timing events.
-    const bool poll = tuning_.poll_done && !req.want_stage_times && !tuning_.check_guards && shape.k == 0 &&
+    const TestHooks& hooks = tuning_.hooks;
+    const bool poll = hooks.poll_done && !req.want_stage_times && !hooks.check_guards && shape.k == 0 &&
                       !shape.logprobs && !shape.logits && !shape.stages;
     const unsigned flag_before = __atomic_load_n(done_flag_.host(), __ATOMIC_ACQUIRE);
-    auto it = graphs_.find(key);
-    if (!poll) record_event(0);
-    if (tuning_.use_graph && it != graphs_.end()) {
-      CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-      last_.graph_replayed = true;
-    } else {
-      record(shape);
-    }
-    if (!poll) record_event(4);
+    if (!poll) record_event(kCallStart);
+    last_.graph_replayed = hooks.use_graph && graphs_->replay(key);
+    if (!last_.graph_replayed) record(shape);
+    if (!poll) record_event(kCallEnd);
     const auto t_launched = std::chrono::steady_clock::now();
     if (poll) wait_for_done_flag(flag_before);
     else CUDA_CHECK(cudaStreamSynchronize(stream_));
     last_.polled = poll;
     const auto t_synced = std::chrono::steady_clock::now();
     for (int t = 0; t < tokens; ++t) last_.norm_path[t] = norm_path_.host()[t];
-    if (tuning_.check_guards) last_.guards_intact = guards_intact();
+    if (hooks.check_guards) last_.guards_intact = guards_intact();
 
-    // Per-token answers.
-    out.summaries.assign(size_t(tokens), {});
-    for (int t = 0; t < tokens; ++t) {
-      const TokenResult& r = results_.host()[t];
-      select::TokenSummary& s = out.summaries[size_t(t)];
-      s.max = r.max;
-      s.argmax = r.argmax;
-      s.tie_count = r.tie_count;
-      s.tied_ids.assign(r.tied, r.tied + std::min(r.n_tied, kMaxTied));
-    }
-    if (shape.k > 0) {
-      const int chunks = int((V + kTopKChunk - 1) / kTopKChunk);
-      const int kc = std::min(shape.k, kTopKChunk);
-      for (int t = 0; t < tokens; ++t) {
-        select::TokenSummary& s = out.summaries[size_t(t)];
-        for (int c = 0; c < chunks; ++c) {
-          select::TokenSummary part;
-          const int2* list = h_candidates_.host() + (size_t(t) * chunks + c) * kc;
-          for (int i = 0; i < kc && list[i].x >= 0; ++i) {
-            float v;
-            std::memcpy(&v, &list[i].y, 4);
-            part.top.push_back(Candidate{list[i].x, v, 0.0f});
-          }
-          select::merge(s, part, shape.k);
-        }
-      }
-    }
-    out.sum_exp.assign(shape.logprobs ? size_t(tokens) : 0, 0.0);
-    if (shape.logprobs) {
-      const int chunks = int((V + kSumExpChunk - 1) / kSumExpChunk);
-      for (int t = 0; t < tokens; ++t) {
-        double total = 0.0;
-        for (int c = 0; c < chunks; ++c) total += h_sums_.host()[size_t(t) * chunks + c];
-        out.sum_exp[size_t(t)] = total;
-      }
-    }
-    const size_t TV = size_t(tokens) * size_t(V), TH = size_t(tokens) * size_t(H);
-    if (shape.logits || shape.stages) out.logits.assign(h_logits_.host(), h_logits_.host() + TV);
-    if (shape.stages) {
-      out.stages.normed.assign(h_normed_.host(), h_normed_.host() + TH);
-      out.stages.raw.assign(h_raw_.host(), h_raw_.host() + TV);
-      if (shape.cap_mode != kScaleOnly) {
-        out.stages.scaled.assign(h_scaled_.host(), h_scaled_.host() + TV);
-        out.stages.div.assign(h_div_.host(), h_div_.host() + TV);
-        out.stages.tanh.assign(h_tanh_.host(), h_tanh_.host() + TV);
-      } else {
-        out.stages.scaled = out.logits;
-      }
-      out.stages.capped = out.logits;
-    }
+    const HostResults h{results_.host(), h_candidates_.host(), h_sums_.host(), h_logits_.host(), h_normed_.host(),
+                        h_raw_.host(),     h_scaled_.host(),     h_div_.host(),  h_tanh_.host()};
+    read_results(h, tokens, V, H, shape.k, shape.logprobs, shape.logits, shape.stages, shape.cap_mode != kScaleOnly, out);
     if (poll) out.times.clear();
     else collect_times(shape, out.times);
     auto us = [](auto a, auto b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
@@ -240,7 +192,7 @@ class CudaBackend final : public Backend {
     last_.wait_us = us(t_launched, t_synced);
     last_.total_us = us(t_enter, std::chrono::steady_clock::now());
     // Captured only now: re-recording the events inside a capture would invalidate this call's.
-    if (tuning_.use_graph && !last_.graph_replayed) capture(shape, key);
+    if (hooks.use_graph && !last_.graph_replayed) graphs_->capture(key, [&] { record(shape); });
   }
 
   // Reads the hidden states from `portable` (page-locked, mapped and portable, kMaxTokens x hidden
@@ -282,6 +234,8 @@ class CudaBackend final : public Backend {
     std::memcpy(out, h_sums_.host(), size_t(tokens) * chunks * 8);
   }
 
+  uint64_t head_device_bytes() const { return head_copies_->bytes(); }
+
   Tuning tuning_;
   CallInfo last_;
 
@@ -298,188 +252,26 @@ class CudaBackend final : public Backend {
       case quant::ActivationFormat::f32: s.format = ActFormat::f32; break;
     }
     s.float_route = s.format == ActFormat::f16 || s.format == ActFormat::bf16 || s.format == ActFormat::f32;
-    MmaConfig mc = mma_config(s.events);
-    s.mma = tuning_.use_mma && head_.type == TensorType::Q5_K && s.format == ActFormat::q8_K &&
-            q5k_mma_supported(mc) && q5k_mma_smem(layout_.groups, tokens, mc) + 8192 <= size_t(smem_optin_);
-    s.lanes = s.mma && tuning_.lanes_kernel && tokens <= kLanesTokens &&
-              q5k_lanes_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
-    // Q5_K hands T > stream_max_tokens to its tokens-in-N kernel; the other stream heads run the
-    // stream kernel in passes of up to kStreamMaxTokens tokens.
-    const bool has_stream_n = stream_n_weights_.size() > 0;
-    s.stream = tuning_.stream_kernel && stream_weights_.size() > 0 &&
-               s.format == (head_.type == TensorType::Q8_0 ? ActFormat::q8_0 : ActFormat::q8_K) &&
-               (!has_stream_n || tokens <= std::min(tuning_.stream_max_tokens, kStreamMaxTokens)) &&
-               stream_smem(std::min(tokens, kStreamMaxTokens)) + 8192 <= size_t(smem_optin_);
-    s.stream_n = !s.stream && tuning_.use_mma && tuning_.stream_n_kernel && stream_n_weights_.size() > 0 &&
-                 s.format == ActFormat::q8_K && q5k_stream_n_smem(layout_.groups, tokens) + 8192 <= size_t(smem_optin_);
-    if (s.stream || s.stream_n) s.mma = s.lanes = false;
-    s.tma = s.stream && head_.type == TensorType::Q5_K && !tuning_.stream_walk_only &&
-            (tuning_.stream_tma || (tuning_.tma_from_tokens > 0 && tokens >= tuning_.tma_from_tokens)) &&
-            q5k_tma_smem(layout_.groups, tokens, tuning_.tma_ring) + 8192 <= size_t(smem_optin_);
+    s.plan = choose(head_.type, s.float_route, tokens, plan_device(), tuning_.rows);
     const CapParams cp = cap_params(head_, req.softcap);
     s.cap_mode = cp.cap == 0.0f ? kScaleOnly : (req.softcap == SoftcapRoute::fused ? kCapFused : kCapNodes);
     s.k = req.top_k;
     s.logprobs = req.logprobs;
     s.logits = req.want_logits;
     s.stages = req.want_stages;
-    s.events = tuning_.stage_events && req.want_stage_times;
+    s.events = tuning_.hooks.stage_events && req.want_stage_times;
+    s.pdl = tuning_.hooks.pdl && !s.events;
+    s.sequential_norm = tuning_.hooks.force_sequential_norm;
     s.input_normed = req.input_normed;
     return s;
   }
 
-  MmaConfig mma_config(bool events) const {
-    MmaConfig c;
-    c.warps = tuning_.mma_warps;
-    c.pdl = tuning_.pdl && !events;
-    c.prefetch_l2 = tuning_.prefetch_l2;
-    return c;
-  }
-
-  // One stream copy of the head: its size, its item size and the tile transcoder that fills it.
-  struct StreamCopy {
-    DeviceArray<uint8_t>* target;
-    uint64_t bytes;
-    int item_bytes;
-    void (*transcode)(const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst);
-  };
-  std::vector<StreamCopy> stream_copies() {
-    const int64_t V = head_.vocab;
-    const int G = layout_.groups;
-    switch (head_.type) {
-      case TensorType::Q5_K:
-        return {{&stream_weights_, stream::bytes(V, G), stream::kItemBytes,
-                 [](const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst) {
-                   stream::transcode_tile(rows, groups, dst, stream::Split::lanes);
-                 }},
-                {&stream_n_weights_, stream::bytes(V, G), stream::kItemBytes,
-                 [](const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst) {
-                   stream::transcode_tile(rows, groups, dst, stream::Split::subblocks);
-                 }}};
-      case TensorType::Q4_K:
-        return {{&stream_weights_, stream::q4_bytes(V, G), stream::kQ4ItemBytes, stream::transcode_tile_q4k}};
-      case TensorType::Q6_K:
-        return {{&stream_weights_, stream::q6_bytes(V, G), stream::kQ6ItemBytes, stream::transcode_tile_q6k}};
-      case TensorType::Q8_0:
-        if (head_.hidden % 256 != 0) return {};
-        return {{&stream_weights_, stream::q8_0_bytes(V, G), stream::kQ80ItemBytes, stream::transcode_tile_q8_0}};
-      default:
-        return {};
-    }
-  }
-  size_t stream_smem(int tokens) const {
-    switch (head_.type) {
-      case TensorType::Q6_K: return q6k_stream_smem(layout_.groups, tokens);
-      case TensorType::Q8_0: return q8_0_stream_smem(layout_.groups, tokens);
-      default: return q5k_stream_smem(layout_.groups, tokens);
-    }
-  }
-  // Tokens per pass of the stream kernel: Q4_K's four-token configuration (8 warps) measured slower
-  // than two passes of two (0.967 vs 2 x 0.379 ms); Q6_K's and Q8_0's faster (0.646 vs 2 x 0.359,
-  // 0.611 vs 2 x 0.413 ms).
-  // Warps per block of a stream pass of tc tokens. Measured at two tokens (cuda_bench --types):
-  // Q8_0 is fastest with 8 warps x 4 buffers (0.4176 vs 0.4354 ms with 16 x 2); Q4_K and Q6_K with
-  // 16 x 2 (Q4_K 0.381 vs 0.423 ms with 12 x 3, although 16 x 2 spills in the loop there).
-  int stream_warps_for(int tc) const {
-    if (tc != 2 || tuning_.stream_warps_t2 == 0) return tuning_.stream_warps;
-    if (tuning_.stream_warps_t2 > 0) return tuning_.stream_warps_t2;
-    return head_.type == TensorType::Q8_0 ? 8 : tuning_.stream_warps;
-  }
-  int stream_pass_tokens() const { return head_.type == TensorType::Q4_K ? 2 : kStreamMaxTokens; }
-  const char* stream_kernel_name() const {
-    switch (head_.type) {
-      case TensorType::Q4_K: return "q4k_stream";
-      case TensorType::Q6_K: return "q6k_stream";
-      case TensorType::Q8_0: return "q8_0_stream";
-      default: return "q5k_stream";
-    }
-  }
-
-  void upload_weights() {
-    const int64_t V = head_.vocab;
-    const uint64_t total = uint64_t(V) * uint64_t(layout_.row_stride);
-    // Refuse up front, with the numbers, a head the device cannot hold (rather than a bare
-    // out-of-memory from cudaMalloc halfway through the buffers). The logits and activation
-    // buffers come on top: count 10 % of the head plus 64 MiB for them.
-    size_t free_bytes = 0, total_bytes = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const uint64_t needed = total + total / 10 + (uint64_t(64) << 20);
-    // The stream layouts (stream_layout.hpp) come on top of the file's rows when the device has room
-    // for them: Q5_K has two (lanes split for T <= 2, sub-blocks split for larger T), Q4_K, Q6_K and
-    // Q8_0 (hidden a multiple of 256) one each.
-    const std::vector<StreamCopy> copies = stream_copies();
-    uint64_t stream_total = 0;
-    for (const StreamCopy& c : copies) stream_total += c.bytes;
-    const bool keep_stream = !copies.empty() && needed + stream_total <= free_bytes;
-    if (needed > free_bytes)
-      throw Error("the " + std::string(tensor_type_name(head_.type)) + " head does not fit on the GPU: it needs about " +
-                  std::to_string(needed) + " bytes (weights " + std::to_string(total) + " + working buffers), but only " +
-                  std::to_string(free_bytes) + " of " + std::to_string(total_bytes) + " bytes are free");
-    weights_.reset(total + 256, stream_);  // tail slack: 16-byte loads past the last row stay inside
-    if (keep_stream)
-      for (const StreamCopy& c : copies) c.target->reset(c.bytes, stream_);
-    if (layout_.aux_d) aux_.reset(size_t(V) * layout_.groups, stream_);
-    const bool progress = total > (uint64_t(256) << 20);
-    const bool same_bytes = head_.type == TensorType::Q4_K || head_.type == TensorType::Q5_K;
-    // Whole 16-row tiles per chunk (the stream layout is tile-major).
-    const int64_t rows_per_chunk =
-        std::max<int64_t>(1, int64_t((uint64_t(64) << 20) / uint64_t(layout_.row_stride)) / 16) * 16;
-    std::vector<uint8_t> staging;
-    std::vector<uint16_t> aux_staging;
-    int last_pct = -1;
-    for (int64_t r0 = 0; r0 < V; r0 += rows_per_chunk) {
-      const int64_t n = std::min(rows_per_chunk, V - r0);
-      uint8_t* dst = weights_.get() + uint64_t(r0) * uint64_t(layout_.row_stride);
-      if (same_bytes && head_.row_bytes == uint64_t(layout_.row_stride)) {
-        CUDA_CHECK(cudaMemcpyAsync(dst, head_.weights + uint64_t(r0) * head_.row_bytes, size_t(n) * head_.row_bytes,
-                                   cudaMemcpyHostToDevice, stream_));
-      } else {
-        staging.resize(size_t(n) * size_t(layout_.row_stride));
-        if (layout_.aux_d) aux_staging.resize(size_t(n) * size_t(layout_.groups));
-        for (int64_t r = 0; r < n; ++r)
-          to_device_row(layout_, head_.weights + uint64_t(r0 + r) * head_.row_bytes, head_.hidden,
-                        staging.data() + size_t(r) * size_t(layout_.row_stride),
-                        layout_.aux_d ? aux_staging.data() + size_t(r) * size_t(layout_.groups) : nullptr);
-        upload(dst, staging.data(), staging.size());
-        if (layout_.aux_d)
-          upload(aux_.get() + size_t(r0) * size_t(layout_.groups), aux_staging.data(), aux_staging.size() * 2);
-      }
-      if (keep_stream)
-        for (const StreamCopy& c : copies) {
-          const size_t tile_bytes = size_t(layout_.groups) * size_t(c.item_bytes);
-          const int64_t tiles = (n + stream::kTileRows - 1) / stream::kTileRows;
-          staging.resize(size_t(tiles) * tile_bytes);
-          // The transcoding is a few ns per byte on one core: the host's cores share the chunk's tiles.
-          const int64_t workers = std::min<int64_t>(tiles, std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 16));
-          std::vector<std::thread> pool;
-          for (int64_t w = 0; w < workers; ++w)
-            pool.emplace_back([&, w] {
-              for (int64_t t = w; t < tiles; t += workers) {
-                const uint8_t* rows[stream::kTileRows];
-                for (int i = 0; i < stream::kTileRows; ++i) {
-                  const int64_t r = r0 + t * stream::kTileRows + i;
-                  rows[i] = r < V ? head_.weights + uint64_t(r) * head_.row_bytes : nullptr;
-                }
-                c.transcode(rows, layout_.groups, staging.data() + size_t(t) * tile_bytes);
-              }
-            });
-          for (std::thread& th : pool) th.join();
-          upload(c.target->get() + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(), staging.size());
-        }
-      if (progress) {
-        const int pct = int(100 * (r0 + n) / V);
-        if (pct / 10 != last_pct / 10) {
-          std::fprintf(stderr, "lmhead: uploading the %s head to the GPU: %3d%% of %.0f MB\n",
-                       std::string(tensor_type_name(head_.type)).c_str(), pct, double(total) / 1e6);
-          last_pct = pct;
-        }
-      }
-    }
-  }
-
-  // A staging buffer the caller reuses at once: cudaMemcpyAsync from pageable memory returns only
-  // after the bytes have left it, and the copy is ordered on stream_ before every kernel.
-  void upload(void* dst, const void* src, size_t bytes) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  PlanDevice plan_device() const {
+    PlanDevice d;
+    d.groups = head_copies_->layout().groups;
+    d.smem_optin = size_t(smem_optin_);
+    d.copies = head_copies_->copies();
+    return d;
   }
 
   // Lazily sized buffers of the optional outputs. A reallocation invalidates captured graphs.
@@ -529,7 +321,7 @@ class CudaBackend final : public Backend {
     pp.T = s.T;
     pp.eps = head_.eps;
     pp.format = s.format;
-    pp.force_sequential = tuning_.force_sequential_norm ? 1 : 0;
+    pp.force_sequential = s.sequential_norm ? 1 : 0;
     pp.act_qs = act_qs_.get();
     pp.act_d = act_d_.get();
     pp.act_bsp = act_bsp_.get();
@@ -539,15 +331,16 @@ class CudaBackend final : public Backend {
     pp.normed_out = s.stages ? normed_.get() : nullptr;
     pp.norm_path = norm_path_.device();
     launch_prep(pp, stream_);
-    if (stage_events) record_stage_event(1);
+    if (stage_events) record_stage_event(kPrepDone);
 
     HeadParams hp;
-    hp.weights = weights_.get();
-    hp.aux = aux_.get();
-    hp.row_stride = layout_.row_stride;
+    const DeviceHead& w = *head_copies_;
+    hp.weights = w.rows();
+    hp.aux = w.aux();
+    hp.row_stride = w.layout().row_stride;
     hp.vocab = int(V);
     hp.hidden = int(H);
-    hp.groups = layout_.groups;
+    hp.groups = w.layout().groups;
     hp.T = s.T;
     hp.act_qs = act_qs_.get();
     hp.act_d = act_d_.get();
@@ -570,47 +363,10 @@ class CudaBackend final : public Backend {
     hp.done_flag = done_flag_.device();
     hp.results = results_.device();
     hp.max_out = max_out_.get();
-    hp.prefetch_l2 = tuning_.prefetch_l2 ? 1 : 0;
-    const bool pdl = tuning_.pdl && !s.events;
-    hp.stream_weights = stream_weights_.get();
-    hp.stream_n_weights = stream_n_weights_.get();
-    if (s.stream_n) {
-      hp.t0 = 0;
-      hp.tc = s.T;
-      launch_q5k_stream_n(hp, tuning_.stream_n_warps, pdl, num_sms_, stream_);
-    } else if (s.tma) {
-      hp.t0 = 0;
-      hp.tc = s.T;
-      launch_q5k_tma(hp, tuning_.tma_ring, pdl, num_sms_, stream_);
-    } else if (s.stream) {
-      const int pass = stream_pass_tokens();
-      for (int t0 = 0; t0 < s.T; t0 += pass) {
-        hp.t0 = t0;
-        hp.tc = std::min(pass, s.T - t0);
-        const bool pass_pdl = pdl && t0 == 0;
-        const int warps = stream_warps_for(hp.tc);
-        if (head_.type == TensorType::Q6_K) launch_q6k_stream(hp, warps, pass_pdl, num_sms_, stream_);
-        else if (head_.type == TensorType::Q8_0) launch_q8_0_stream(hp, warps, pass_pdl, num_sms_, stream_);
-        else if (tuning_.stream_walk_only && head_.type == TensorType::Q5_K)
-          launch_stream_walk(hp, warps, pass_pdl, num_sms_, stream_);
-        else launch_q5k_stream(hp, warps, head_.type == TensorType::Q4_K, pass_pdl, num_sms_, stream_);
-      }
-    } else if (s.lanes) {
-      hp.t0 = 0;
-      hp.tc = s.T;
-      launch_q5k_lanes(hp, pdl, num_sms_, stream_);
-    } else if (s.mma) {
-      hp.t0 = 0;
-      hp.tc = s.T;
-      launch_q5k_mma(hp, mma_config(s.events), num_sms_, stream_);
-    } else {
-      for (int t0 = 0; t0 < s.T; t0 += kGenericTokens) {
-        hp.t0 = t0;
-        hp.tc = std::min(kGenericTokens, s.T - t0);
-        launch_generic_head(hp, head_.type, s.float_route, num_sms_, pdl && t0 == 0, stream_);
-      }
-    }
-    if (stage_events) record_stage_event(2);
+    hp.stream_weights = w.lanes();
+    hp.stream_n_weights = w.subblocks();
+    launch_head(s, hp);
+    if (stage_events) record_stage_event(kHeadDone);
 
     if (s.k > 0 || s.logprobs) {
       SelectParams sp;
@@ -624,7 +380,7 @@ class CudaBackend final : public Backend {
       sp.chunk_sums = chunk_sums_.get();
       if (s.k > 0) launch_topk(sp, stream_);
       if (s.logprobs) launch_sum_exp(sp, stream_);
-      if (stage_events) record_stage_event(3);
+      if (stage_events) record_stage_event(kSelectDone);
     }
     if (s.stages && s.cap_mode != kScaleOnly)
       launch_stage_nodes(raw_.get(), int(V), s.T, hp.logit_scale, hp.cap, hp.inv_cap, s.cap_mode, scaled_.get(),
@@ -650,6 +406,34 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // The plan's kernel, in passes of at most its max_tokens tokens.
+  void launch_head(const Shape& s, HeadParams& hp) const {
+    const KernelDesc& kd = desc(s.plan.kernel);
+    for (int t0 = 0; t0 < s.T; t0 += kd.max_tokens) {
+      hp.t0 = t0;
+      hp.tc = std::min(kd.max_tokens, s.T - t0);
+      const bool pdl = s.pdl && t0 == 0;
+      const int warps = t0 + kd.max_tokens >= s.T ? s.plan.last_warps : s.plan.warps;
+      switch (s.plan.kernel) {
+        case HeadKernel::q5k_stream: launch_q5k_stream(hp, warps, false, pdl, num_sms_, stream_); break;
+        case HeadKernel::q4k_stream: launch_q5k_stream(hp, warps, true, pdl, num_sms_, stream_); break;
+        case HeadKernel::q6k_stream: launch_q6k_stream(hp, warps, pdl, num_sms_, stream_); break;
+        case HeadKernel::q8_0_stream: launch_q8_0_stream(hp, warps, pdl, num_sms_, stream_); break;
+        case HeadKernel::q5k_tma: launch_q5k_tma(hp, pdl, num_sms_, stream_); break;
+        case HeadKernel::q5k_stream_n: launch_q5k_stream_n(hp, warps, pdl, num_sms_, stream_); break;
+        case HeadKernel::q5k_lanes: launch_q5k_lanes(hp, pdl, num_sms_, stream_); break;
+        case HeadKernel::q5k_mma: {
+          MmaConfig mc;
+          mc.warps = warps;
+          mc.pdl = pdl;
+          launch_q5k_mma(hp, mc, num_sms_, stream_);
+          break;
+        }
+        case HeadKernel::generic: launch_generic_head(hp, head_.type, s.float_route, num_sms_, pdl, stream_); break;
+      }
+    }
+  }
+
   void record_event(int i) { CUDA_CHECK(cudaEventRecord(events_[i], stream_)); }
   // Inside a capture this becomes an event-record node of the graph, so replays time the stages.
   void record_stage_event(int i) {
@@ -659,25 +443,6 @@ class CudaBackend final : public Backend {
       CUDA_CHECK(cudaEventRecordWithFlags(events_[i], stream_, cudaEventRecordExternal));
     else
       CUDA_CHECK(cudaEventRecord(events_[i], stream_));
-  }
-
-  void capture(const Shape& s, const std::string& key) {
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      record(s);
-    } catch (...) {
-      cudaStreamEndCapture(stream_, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_CHECK(err);
-    graphs_[key] = exec;
   }
 
   bool guards_intact() const {
@@ -717,11 +482,7 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void clear_graphs() {
-    cudaStreamSynchronize(stream_);  // a polled call's graph may still be retiring
-    for (auto& [k, exec] : graphs_) cudaGraphExecDestroy(exec);
-    graphs_.clear();
-  }
+  void clear_graphs() { graphs_->clear(); }
 
   void collect_times(const Shape& s, std::vector<StageTime>& times) const {
     times.clear();
@@ -733,49 +494,40 @@ class CudaBackend final : public Backend {
     bool stage_events = s.events;
     if (stage_events) {
       float probe = 0;
-      if (cudaEventElapsedTime(&probe, events_[0], events_[1]) != cudaSuccess) {
+      if (cudaEventElapsedTime(&probe, events_[kCallStart], events_[kPrepDone]) != cudaSuccess) {
         cudaGetLastError();
         stage_events = false;  // this driver cannot time event nodes inside a replayed graph
       }
     }
     const bool copies = s.k > 0 || s.logprobs || s.logits || s.stages;
-    const std::string head_label = s.stream_n ? "head+scale+cap+argmax (fused, int8 tensor cores, tokens in N, streamed weights)"
-                                   : s.tma ? "head+scale+cap+argmax (fused, int8 tensor cores, TMA-staged weights)"
-                                   : s.stream ? "head+scale+cap+argmax (fused, int8 tensor cores, streamed weights" +
-                                                    (s.T > stream_pass_tokens() ? ", " + std::to_string((s.T + stream_pass_tokens() - 1) / stream_pass_tokens()) + " passes)" : std::string(")"))
-                                   : s.mma ? "head+scale+cap+argmax (fused, int8 tensor cores)"
-                                         : "head+scale+cap+argmax (fused, " +
-                                               std::to_string((s.T + kGenericTokens - 1) / kGenericTokens) +
-                                               " pass(es) of the generic kernel)";
+    const int passes = s.plan.passes(s.T);
+    const std::string head_label = std::string("head+scale+cap+argmax (fused, ") + desc(s.plan.kernel).how +
+                                   (passes > 1 ? ", " + std::to_string(passes) + " passes)" : std::string(")"));
     if (!stage_events) {
       times.push_back({"norm+quantize+" + head_label + (copies ? "+select+download" : "") + " (one graph)",
-                       elapsed(0, 4)});
+                       elapsed(kCallStart, kCallEnd)});
       return;
     }
-    times.push_back({"norm+quantize", elapsed(0, 1)});
-    times.push_back({head_label, elapsed(1, 2)});
-    int last = 2;
+    times.push_back({"norm+quantize", elapsed(kCallStart, kPrepDone)});
+    times.push_back({head_label, elapsed(kPrepDone, kHeadDone)});
+    int last = kHeadDone;
     if (s.k > 0 || s.logprobs) {
-      times.push_back({"select (top-k, sum_exp)", elapsed(2, 3)});
-      last = 3;
+      times.push_back({"select (top-k, sum_exp)", elapsed(kHeadDone, kSelectDone)});
+      last = kSelectDone;
     }
-    if (s.logits || s.stages || s.k > 0 || s.logprobs) times.push_back({"stages+download", elapsed(last, 4)});
+    if (s.logits || s.stages || s.k > 0 || s.logprobs) times.push_back({"stages+download", elapsed(last, kCallEnd)});
   }
 
   HeadView head_;
   int device_ = 0;
   int caller_device_ = 0;
-  DeviceLayout layout_;
   int num_sms_ = 0;
   int smem_optin_ = 0;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t events_[5] = {};
-  std::map<std::string, cudaGraphExec_t> graphs_;
+  cudaEvent_t events_[kEvents] = {};
+  std::unique_ptr<GraphCache<GraphKey>> graphs_;
 
-  DeviceArray<uint8_t> weights_;
-  DeviceArray<uint8_t> stream_weights_;    // the lanes-split stream layout (empty when it does not fit)
-  DeviceArray<uint8_t> stream_n_weights_;
-  DeviceArray<uint16_t> aux_;
+  std::unique_ptr<DeviceHead> head_copies_;
   DeviceArray<float> gamma_;
   DeviceArray<float> beta_;       // LayerNorm + bias only
   DeviceArray<float> head_bias_;  // output.bias only
@@ -813,21 +565,14 @@ CudaBackend& as_cuda(Backend& b) {
 
 void set_tuning(Backend& backend, const Tuning& tuning) {
   CudaBackend& c = as_cuda(backend);
-  MmaConfig mc;
-  mc.warps = tuning.mma_warps;
-  if (!q5k_mma_supported(mc))
-    throw Error("no MMA kernel is built for " + std::to_string(tuning.mma_warps) + " warps per block");
-  if (tuning.stream_warps != 8 && tuning.stream_warps != 12 && tuning.stream_warps != 16)
-    throw Error("the stream kernel is built for 8, 12 or 16 warps per block, not " + std::to_string(tuning.stream_warps));
-  if (tuning.stream_warps_t2 > 0 && tuning.stream_warps_t2 != 8 && tuning.stream_warps_t2 != 12 && tuning.stream_warps_t2 != 16)
-    throw Error("the stream kernel is built for 8, 12 or 16 warps per block, not " + std::to_string(tuning.stream_warps_t2));
-  if (tuning.stream_max_tokens < 0 || tuning.stream_max_tokens > kStreamMaxTokens)
-    throw Error("the stream kernel runs up to " + std::to_string(kStreamMaxTokens) + " tokens");
-  if (tuning.stream_n_warps != 8 && tuning.stream_n_warps != 12 && tuning.stream_n_warps != 16)
-    throw Error("the tokens-in-N stream kernel is built for 8, 12 or 16 warps per block, not " +
-                std::to_string(tuning.stream_n_warps));
-  if (tuning.tma_ring < 0 || tuning.tma_ring >= q5k_tma_rings())
-    throw Error("the TMA kernel has ring configurations 0.." + std::to_string(q5k_tma_rings() - 1));
+  for (const PlanRow& r : tuning.rows) {
+    const KernelDesc& d = desc(r.kernel);
+    if (r.min_tokens < 1 || r.max_tokens > kMaxTokens || r.min_tokens > r.max_tokens)
+      throw Error(std::string("a plan row for ") + d.name + " covers no token count in 1.." + std::to_string(kMaxTokens));
+    if (r.warps != 0 && std::find(std::begin(d.warps), std::end(d.warps), r.warps) == std::end(d.warps))
+      throw Error(std::string("the ") + d.name + " kernel is not built for " + std::to_string(r.warps) +
+                  " warps per block");
+  }
   c.tuning_ = tuning;
 }
 Tuning get_tuning(Backend& backend) { return as_cuda(backend).tuning_; }
@@ -835,6 +580,7 @@ void chunk_sums_against(Backend& backend, const float* max_per_token, int tokens
   as_cuda(backend).chunk_sums_against(max_per_token, tokens, out);
 }
 CallInfo last_call(Backend& backend) { return as_cuda(backend).last_; }
+uint64_t head_device_bytes(Backend& backend) { return as_cuda(backend).head_device_bytes(); }
 void use_input_buffer(Backend& backend, float* portable) { as_cuda(backend).use_input_buffer(portable); }
 
 void tanh_sweep(uint64_t first, uint64_t count, uint32_t* host_out) {

@@ -101,7 +101,6 @@ struct HeadParams {
 struct MmaConfig {
   int warps = 12;   // 8, 12 or 16 warps per block (T > 8: 8 or 12); ring depth follows from it
   bool pdl = true;
-  bool prefetch_l2 = false;
 };
 
 void launch_prep(const PrepParams& p, cudaStream_t stream);
@@ -114,8 +113,9 @@ size_t q5k_mma_smem(int groups, int tokens, const MmaConfig& cfg);
 // The Q5_K q8-route head for T <= 2 with the eight float lanes in the MMA's N (see q5k_lanes.cu).
 void launch_q5k_lanes(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream);
 size_t q5k_lanes_smem(int groups, int tokens);
-// The Q5_K q8-route head for T <= kStreamMaxTokens, weights streamed into registers from the
-// stream layout (see q5k_stream.cu).
+// The Q5_K (and Q4_K) q8-route head in passes of up to two tokens, weights streamed into
+// registers from the lanes stream layout (see q5k_stream.cu). Q6_K and Q8_0 run the same kernel body
+// in passes of up to kStreamMaxTokens.
 constexpr int kStreamMaxTokens = 4;
 // q4k: the head is Q4_K (its own stream layout, stream::transcode_tile_q4k), else Q5_K.
 void launch_q5k_stream(const HeadParams& p, int warps, bool q4k, bool pdl, int num_sms, cudaStream_t stream);
@@ -126,14 +126,10 @@ void launch_q6k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cu
 size_t q6k_stream_smem(int groups, int tokens);
 void launch_q8_0_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
 size_t q8_0_stream_smem(int groups, int tokens);
-// Measuring tool: the stream kernel's walk over the Q5_K lanes stream layout without the
-// arithmetic (stream_walk.cu); the logits it leaves are meaningless.
-void launch_stream_walk(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
-// The same for T <= kStreamMaxTokens with the weights staged in shared memory by bulk copies (the
-// TMA unit, see q5k_tma.cu); ring picks warps and stages per block (0 .. q5k_tma_rings() - 1).
-void launch_q5k_tma(const HeadParams& p, int ring, bool pdl, int num_sms, cudaStream_t stream);
-size_t q5k_tma_smem(int groups, int tokens, int ring);
-int q5k_tma_rings();
+// The same for T <= 2 with the weights staged in shared memory by bulk copies (the TMA unit, see
+// q5k_tma.cu).
+void launch_q5k_tma(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream);
+size_t q5k_tma_smem(int groups, int tokens);
 // The Q5_K q8-route head for any T with the tokens in the MMA's N, weights streamed into registers
 // from the sub-blocks stream layout (see q5k_stream_n.cu). warps: 8, 12 or 16 (T <= 8).
 void launch_q5k_stream_n(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);

@@ -153,6 +153,11 @@ class MultiGpuBackend final : public Backend {
       if (!part->takes_normed_input()) return false;
     return true;
   }
+  uint64_t device_bytes() const override {
+    uint64_t n = 0;
+    for (const auto& part : parts_) n += part->device_bytes();
+    return n;
+  }
 
   std::string name() const override {
     return "cuda x" + std::to_string(gpus_) + " GPU(s), " + std::to_string(parts_.size()) + " shard(s)";

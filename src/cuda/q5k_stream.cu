@@ -71,8 +71,10 @@ struct KQuantStream {
 size_t q5k_stream_smem(int groups, int tokens) { return act_smem_bytes(groups, tokens); }
 
 void launch_q5k_stream(const HeadParams& p, int warps, bool q4k, bool pdl, int num_sms, cudaStream_t stream) {
-  if (q4k) launch_stream<KQuantStream<true>>(p, warps, pdl, num_sms, stream);
-  else launch_stream<KQuantStream<false>>(p, warps, pdl, num_sms, stream);
+  // Passes of up to two tokens: Q5_K runs T >= 3 in its tokens-in-N kernel; Q4_K's two passes of
+  // two beat one of four (docs/performance.md).
+  if (q4k) launch_stream<KQuantStream<true>, 2>(p, warps, pdl, num_sms, stream);
+  else launch_stream<KQuantStream<false>, 2>(p, warps, pdl, num_sms, stream);
 }
 
 }  // namespace lmhead::cuda

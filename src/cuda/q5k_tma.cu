@@ -1,4 +1,4 @@
-// The Q5_K head on the q8 route for T <= 4, with the weights staged in shared memory by the TMA
+// The Q5_K head on the q8 route for T <= 2, with the weights staged in shared memory by the TMA
 // unit from the stream layout (stream_layout.hpp); byte-identical to numerics.md §5.
 //
 // Why: the register-streaming kernel (q5k_stream.cu) keeps one 16-row item per warp in flight,
@@ -152,35 +152,20 @@ void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stre
   launch_head_kernel<q5k_tma_kernel<TT, NW, S>>(dim3(num_sms), dim3(NW * 32), 128 + size_t(NW) * S * kStageBytes + act_smem_bytes(p.groups, TT), pdl, stream, p);
 }
 
-struct Ring { int warps, stages; };
-constexpr Ring kRings[] = {{16, 4}, {16, 3}, {12, 5}, {8, 8}};
+// 16 warps x 4 stages, the one ring a plan runs (the others measured: docs/performance.md,
+// CUDA attempt 10).
+constexpr int kWarps = 16, kStages = 4;
 
 }  // namespace
 
-int q5k_tma_rings() { return int(sizeof kRings / sizeof kRings[0]); }
-
-size_t q5k_tma_smem(int groups, int tokens, int ring) {
-  const Ring r = kRings[tokens > 2 ? 2 : ring];
-  return 128 + size_t(r.warps) * r.stages * kStageBytes + act_smem_bytes(groups, tokens);
+size_t q5k_tma_smem(int groups, int tokens) {
+  return 128 + size_t(kWarps) * kStages * kStageBytes + act_smem_bytes(groups, tokens);
 }
 
-void launch_q5k_tma(const HeadParams& p, int ring, bool pdl, int num_sms, cudaStream_t stream) {
-  if (p.T < 1 || p.T > kStreamMaxTokens) throw Error("launch_q5k_tma: 1 to 4 tokens per call");
-  if (ring < 0 || ring >= q5k_tma_rings()) throw Error("launch_q5k_tma: no ring configuration " + std::to_string(ring));
-  switch (p.T * 8 + ring) {
-    case 8 + 0: return launch_config<1, 16, 4>(p, pdl, num_sms, stream);
-    case 8 + 1: return launch_config<1, 16, 3>(p, pdl, num_sms, stream);
-    case 8 + 2: return launch_config<1, 12, 5>(p, pdl, num_sms, stream);
-    case 8 + 3: return launch_config<1, 8, 8>(p, pdl, num_sms, stream);
-    case 16 + 0: return launch_config<2, 16, 4>(p, pdl, num_sms, stream);
-    case 16 + 1: return launch_config<2, 16, 3>(p, pdl, num_sms, stream);
-    case 16 + 2: return launch_config<2, 12, 5>(p, pdl, num_sms, stream);
-    case 16 + 3: return launch_config<2, 8, 8>(p, pdl, num_sms, stream);
-    default: break;
-  }
-  // T = 3, 4: the 12-warp ring (16 warps would need more than 128 registers per thread).
-  if (p.T == 3) return launch_config<3, 12, 5>(p, pdl, num_sms, stream);
-  return launch_config<4, 12, 5>(p, pdl, num_sms, stream);
+void launch_q5k_tma(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
+  if (p.T < 1 || p.T > kLanesTokens) throw Error("launch_q5k_tma: 1 or 2 tokens per call");
+  if (p.T == 1) return launch_config<1, kWarps, kStages>(p, pdl, num_sms, stream);
+  return launch_config<2, kWarps, kStages>(p, pdl, num_sms, stream);
 }
 
 }  // namespace lmhead::cuda

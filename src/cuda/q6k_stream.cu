@@ -161,7 +161,7 @@ struct Q6Stream {
 size_t q6k_stream_smem(int groups, int tokens) { return Q6Stream::smem_bytes(groups, tokens); }
 
 void launch_q6k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
-  launch_stream<Q6Stream>(p, warps, pdl, num_sms, stream);
+  launch_stream<Q6Stream, kStreamMaxTokens>(p, warps, pdl, num_sms, stream);
 }
 
 }  // namespace lmhead::cuda

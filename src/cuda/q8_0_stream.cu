@@ -104,7 +104,7 @@ struct Q80Stream {
 size_t q8_0_stream_smem(int groups, int tokens) { return Q80Stream::smem_bytes(groups, tokens); }
 
 void launch_q8_0_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
-  launch_stream<Q80Stream>(p, warps, pdl, num_sms, stream);
+  launch_stream<Q80Stream, kStreamMaxTokens>(p, warps, pdl, num_sms, stream);
 }
 
 }  // namespace lmhead::cuda

@@ -2,7 +2,7 @@
 // Loading one 16-row item of a stream layout (stream_layout.hpp) into registers: every load is a
 // contiguous run of the warp (whole 128-byte lines), read once, so it skips L1; the 16-byte row
 // headers go through L1. The Q5_K / Q4_K item and the tile walk are here (q5k_stream.cu,
-// q5k_stream_n.cu, stream_walk.cu); the Q6_K and Q8_0 items live with their kernels and use the
+// q5k_stream_n.cu); the Q6_K and Q8_0 items live with their kernels and use the
 // same load helpers.
 #include <cuda_runtime.h>
 

@@ -79,12 +79,14 @@ void launch_stream_config(const HeadParams& p, bool pdl, int num_sms, cudaStream
                                                        stream, p);
 }
 
-// One pass over the weights for the p.tc tokens from p.t0 (at most kStreamMaxTokens).
+// One pass over the weights for the p.tc tokens from p.t0 (at most MaxTT: 2 or kStreamMaxTokens;
+// only the configurations a plan runs are built).
 // warps picks (warps per block, register buffers per warp) for T <= 2: 16 -> (16, 2), 12 -> (12, 3),
 // 8 -> (8, 4); T = 3, 4 run 8 warps with 2 buffers (more accumulators per thread).
-template <class F>
+template <class F, int MaxTT>
 void launch_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
-  if (p.tc < 1 || p.tc > kStreamMaxTokens) throw Error("stream kernel: 1 to 4 tokens per pass");
+  static_assert(MaxTT == 2 || MaxTT == kStreamMaxTokens);
+  if (p.tc < 1 || p.tc > MaxTT) throw Error("stream kernel: 1 to " + std::to_string(MaxTT) + " tokens per pass");
   if (warps != 8 && warps != 12 && warps != 16) throw Error("stream kernel: 8, 12 or 16 warps per block");
   switch (p.tc * 100 + warps) {
     case 116: return launch_stream_config<F, 1, 16, 2>(p, pdl, num_sms, stream);
@@ -95,8 +97,10 @@ void launch_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaSt
     case 208: return launch_stream_config<F, 2, 8, 4>(p, pdl, num_sms, stream);
     default: break;
   }
-  if (p.tc == 3) return launch_stream_config<F, 3, 8, 2>(p, pdl, num_sms, stream);
-  return launch_stream_config<F, 4, 8, 2>(p, pdl, num_sms, stream);
+  if constexpr (MaxTT > 2) {
+    if (p.tc == 3) return launch_stream_config<F, 3, 8, 2>(p, pdl, num_sms, stream);
+    return launch_stream_config<F, 4, 8, 2>(p, pdl, num_sms, stream);
+  }
 }
 
 }  // namespace lmhead::cuda

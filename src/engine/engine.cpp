@@ -99,6 +99,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
 Engine::~Engine() = default;
 
 std::string Engine::backend_name() const { return backend_->name(); }
+uint64_t Engine::device_bytes() const { return backend_->device_bytes(); }
 
 RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOptions& options) {
   const HeadConfig& c = model_->config();

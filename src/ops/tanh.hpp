@@ -6,7 +6,7 @@
 // the project is compiled with -ffp-contract=off.
 #include <cstdint>
 
-#include "quant/blocks.hpp"  // LMHEAD_HD, f32_bits, bits_f32
+#include "quant/host_device.hpp"
 
 namespace lmhead::ops {
 namespace tanh_detail {

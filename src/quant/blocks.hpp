@@ -4,11 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define LMHEAD_HD __host__ __device__ __forceinline__
-#else
-#define LMHEAD_HD inline
-#endif
+#include "quant/host_device.hpp"
 
 namespace lmhead::quant {
 
@@ -48,9 +44,6 @@ static_assert(sizeof(block_q5_K) == 176);
 static_assert(sizeof(block_q6_K) == 210);
 static_assert(sizeof(block_q8_0) == 34);
 static_assert(sizeof(block_q8_K) == 292);
-
-LMHEAD_HD uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-LMHEAD_HD float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
 // IEEE binary16 -> f32, exact for every input (subnormals, inf). A NaN keeps its sign and payload
 // and comes back quiet, as F16C's vcvtph2ps does: all 65,536 inputs match it bit for bit

@@ -1,0 +1,84 @@
+#include "cuda/plan.hpp"
+
+#include <algorithm>
+
+#include "cuda/kernels.hpp"
+
+namespace lmhead::cuda {
+
+static_assert(desc(HeadKernel::q6k_stream).max_tokens == kStreamMaxTokens);
+static_assert(desc(HeadKernel::q8_0_stream).max_tokens == kStreamMaxTokens);
+static_assert(desc(HeadKernel::q5k_stream).max_tokens == kLanesTokens);
+static_assert(desc(HeadKernel::q5k_tma).max_tokens == kLanesTokens);
+static_assert(desc(HeadKernel::q5k_lanes).max_tokens == kLanesTokens);
+static_assert(desc(HeadKernel::q4k_stream).max_tokens == 2);
+static_assert(desc(HeadKernel::q5k_stream_n).max_tokens == kMaxTokens);
+static_assert(desc(HeadKernel::q5k_mma).max_tokens == kMaxTokens);
+static_assert(desc(HeadKernel::generic).max_tokens == kGenericTokens);
+
+size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens) {
+  const int tc = std::min(tokens, desc(kernel).max_tokens);
+  switch (kernel) {
+    case HeadKernel::q5k_stream:
+    case HeadKernel::q4k_stream: return q5k_stream_smem(groups, tc);
+    case HeadKernel::q6k_stream: return q6k_stream_smem(groups, tc);
+    case HeadKernel::q8_0_stream: return q8_0_stream_smem(groups, tc);
+    case HeadKernel::q5k_tma: return q5k_tma_smem(groups, tc);
+    case HeadKernel::q5k_stream_n: return q5k_stream_n_smem(groups, tc);
+    case HeadKernel::q5k_lanes: return q5k_lanes_smem(groups, tc);
+    case HeadKernel::q5k_mma: {
+      MmaConfig c;
+      c.warps = warps;
+      return q5k_mma_smem(groups, tc, c);
+    }
+    case HeadKernel::generic: return 0;
+  }
+  return 0;
+}
+
+namespace {
+
+bool can_run(const PlanRow& r, int tokens, const PlanDevice& d) {
+  const KernelDesc& k = desc(r.kernel);
+  if (tokens < r.min_tokens || tokens > r.max_tokens) return false;
+  if (tokens > k.max_tokens && !k.passes) return false;
+  if ((d.copies & copy_bit(k.reads)) == 0) return false;
+  const int warps = r.warps != 0 ? r.warps : k.warps[0];
+  // The staged kernels' lanes variant takes its activations next to the MMA kernel's stages.
+  if (r.kernel == HeadKernel::q5k_lanes && plan_smem(HeadKernel::q5k_mma, 12, d.groups, tokens) + 8192 > d.smem_optin)
+    return false;
+  return plan_smem(r.kernel, warps, d.groups, tokens) + 8192 <= d.smem_optin;
+}
+
+}  // namespace
+
+Plan choose(TensorType type, bool float_route, int tokens, const PlanDevice& device,
+            std::span<const PlanRow> override_rows) {
+  auto first_row = [&](int t) -> Plan {
+    for (std::span<const PlanRow> table : {override_rows, plan_table(type, float_route)})
+      for (const PlanRow& r : table) {
+        if (!kernel_reads_type(r.kernel, type) || (float_route && r.kernel != HeadKernel::generic)) continue;
+        if (can_run(r, t, device)) {
+          const int warps = r.warps != 0 ? r.warps : desc(r.kernel).warps[0];
+          return Plan{r.kernel, warps, warps};
+        }
+      }
+    return Plan{HeadKernel::generic, 0, 0};
+  };
+  Plan plan = first_row(tokens);
+  // A call in passes: each pass takes the warps its own token count's row gives the same kernel.
+  const int max = desc(plan.kernel).max_tokens;
+  if (tokens > max) {
+    auto warps_for = [&](int t) {
+      const Plan p = first_row(t);
+      return p.kernel == plan.kernel ? p.warps : plan.warps;
+    };
+    const int last = tokens % max == 0 ? max : tokens % max;
+    const int full = warps_for(max);
+    plan.last_warps = warps_for(last);
+    plan.warps = full;
+  }
+  return plan;
+}
+
+}  // namespace lmhead::cuda

@@ -1,0 +1,139 @@
+#pragma once
+// Which head kernel runs a call. Each head type and route has one table of rows (token range,
+// kernel, warps per block); choose() takes the first row that covers the call and can run on the
+// device (the copy of the head it reads is held, its shared memory fits). The launch,
+// CallInfo::kernel, the timing label and the graph key all come from the Plan it returns, so the
+// tables below are the whole answer to "which kernel runs". ggml's mmq/mmvq dispatch tables are the
+// model. Host-only: the CPU tests read the tables without a GPU.
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <span>
+
+#include "lmhead/tensor_type.hpp"
+
+namespace lmhead::cuda {
+
+enum class HeadKernel : uint8_t {
+  q5k_stream,    // Q5_K: weights streamed into registers from the lanes stream layout
+  q5k_tma,       // Q5_K: the same arithmetic, items staged in shared memory by bulk copies (TMA)
+  q5k_stream_n,  // Q5_K: tokens in the MMA's N, weights from the sub-blocks stream layout
+  q4k_stream,    // the register stream kernel on Q4_K's stream layout
+  q6k_stream,    // ... on Q6_K's
+  q8_0_stream,   // ... on Q8_0's (hidden a multiple of 256)
+  q5k_lanes,     // Q5_K on the file's rows, staged by cp.async, lanes in N (T <= 2)
+  q5k_mma,       // Q5_K on the file's rows, staged by cp.async, tokens in N
+  generic,       // every type and route, one thread per row
+};
+
+constexpr HeadKernel kHeadKernels[] = {
+    HeadKernel::q5k_stream, HeadKernel::q5k_tma,   HeadKernel::q5k_stream_n, HeadKernel::q4k_stream, HeadKernel::q6k_stream,
+    HeadKernel::q8_0_stream, HeadKernel::q5k_lanes, HeadKernel::q5k_mma,      HeadKernel::generic};
+
+// The device copies of a head (docs/cuda.md, "Device layouts").
+enum class HeadCopy : uint8_t {
+  rows,       // the file's rows (device_layout.hpp)
+  lanes,      // the stream layout, lanes split (Q5_K), or the type's only stream layout
+  subblocks,  // Q5_K's stream layout, sub-blocks split
+};
+constexpr unsigned copy_bit(HeadCopy c) { return 1u << unsigned(c); }
+
+// What a kernel is, independent of when it is chosen.
+struct KernelDesc {
+  HeadKernel kernel;
+  const char* name;      // CallInfo::kernel
+  const char* how;       // the head's timing label: "head+scale+cap+argmax (fused, <how>)"
+  TensorType type;       // the head type it reads (generic: any, given as F32)
+  HeadCopy reads;
+  int max_tokens;        // tokens of one launch
+  bool passes;           // a call of more tokens runs as several launches (else: not chosen)
+  int warps[3];          // warps per block it is built for (0: one configuration only)
+};
+
+constexpr KernelDesc kKernelDescs[] = {
+    {HeadKernel::q5k_stream, "q5k_stream", "int8 tensor cores, streamed weights", TensorType::Q5_K, HeadCopy::lanes, 2,
+     false, {16, 12, 8}},
+    {HeadKernel::q5k_tma, "q5k_tma", "int8 tensor cores, TMA-staged weights", TensorType::Q5_K, HeadCopy::lanes, 2, false,
+     {16, 0, 0}},
+    {HeadKernel::q5k_stream_n, "q5k_stream_n", "int8 tensor cores, tokens in N, streamed weights", TensorType::Q5_K,
+     HeadCopy::subblocks, 16, false, {12, 8, 16}},
+    {HeadKernel::q4k_stream, "q4k_stream", "int8 tensor cores, streamed weights", TensorType::Q4_K, HeadCopy::lanes, 2,
+     true, {16, 12, 8}},
+    {HeadKernel::q6k_stream, "q6k_stream", "int8 tensor cores, streamed weights", TensorType::Q6_K, HeadCopy::lanes, 4,
+     true, {16, 12, 8}},
+    {HeadKernel::q8_0_stream, "q8_0_stream", "int8 tensor cores, streamed weights", TensorType::Q8_0, HeadCopy::lanes, 4,
+     true, {16, 12, 8}},
+    {HeadKernel::q5k_lanes, "q5k_lanes", "int8 tensor cores", TensorType::Q5_K, HeadCopy::rows, 2, false, {0, 0, 0}},
+    {HeadKernel::q5k_mma, "q5k_mma", "int8 tensor cores", TensorType::Q5_K, HeadCopy::rows, 16, false, {12, 8, 16}},
+    {HeadKernel::generic, "generic", "generic kernel", TensorType::F32, HeadCopy::rows, 4, true, {0, 0, 0}},
+};
+static_assert(std::size(kKernelDescs) == std::size(kHeadKernels));
+
+constexpr const KernelDesc& desc(HeadKernel k) { return kKernelDescs[size_t(k)]; }
+constexpr const char* kernel_name(HeadKernel k) { return desc(k).name; }
+constexpr bool kernel_reads_type(HeadKernel k, TensorType t) { return k == HeadKernel::generic || desc(k).type == t; }
+
+// One row of a dispatch table: calls of min_tokens..max_tokens tokens run `kernel` with `warps`
+// warps per block (0: its first built configuration).
+struct PlanRow {
+  int min_tokens, max_tokens;
+  HeadKernel kernel;
+  int warps = 0;
+};
+
+// Q5_K, q8 route. T = 1 in registers, T = 2 through the TMA ring, T >= 3 tokens in N; the
+// staged kernels on the file's rows only where the stream copies are not held. Figures:
+// docs/performance.md (CUDA attempts 7, 10-12, 24).
+constexpr PlanRow kQ5KPlan[] = {
+    {1, 1, HeadKernel::q5k_stream, 16},  {2, 2, HeadKernel::q5k_tma, 16},   {1, 2, HeadKernel::q5k_stream, 16},
+    {1, 16, HeadKernel::q5k_stream_n, 12}, {1, 2, HeadKernel::q5k_lanes, 0}, {1, 16, HeadKernel::q5k_mma, 12},
+    {1, 16, HeadKernel::generic, 0}};
+// Q4_K in passes of two tokens (two passes of two beat one of four).
+constexpr PlanRow kQ4KPlan[] = {{1, 16, HeadKernel::q4k_stream, 16}, {1, 16, HeadKernel::generic, 0}};
+constexpr PlanRow kQ6KPlan[] = {{1, 16, HeadKernel::q6k_stream, 16}, {1, 16, HeadKernel::generic, 0}};
+// Q8_0: a pass of two tokens is fastest with 8 warps x 4 buffers.
+constexpr PlanRow kQ80Plan[] = {{1, 1, HeadKernel::q8_0_stream, 16},
+                                {2, 2, HeadKernel::q8_0_stream, 8},
+                                {3, 16, HeadKernel::q8_0_stream, 16},
+                                {1, 16, HeadKernel::generic, 0}};
+constexpr PlanRow kGenericPlan[] = {{1, 16, HeadKernel::generic, 0}};
+
+// The table of a head type; float_route: the f16 / bf16 / f32 activation routes (generic only).
+constexpr std::span<const PlanRow> plan_table(TensorType type, bool float_route) {
+  if (float_route) return kGenericPlan;
+  switch (type) {
+    case TensorType::Q5_K: return kQ5KPlan;
+    case TensorType::Q4_K: return kQ4KPlan;
+    case TensorType::Q6_K: return kQ6KPlan;
+    case TensorType::Q8_0: return kQ80Plan;
+    default: return kGenericPlan;
+  }
+}
+
+// What choose() needs to know of the device and the head.
+struct PlanDevice {
+  int groups = 0;          // device-layout groups per row
+  size_t smem_optin = 0;   // dynamic shared memory a block may opt in to
+  unsigned copies = copy_bit(HeadCopy::rows);  // copy_bit()s of the copies held
+};
+
+struct Plan {
+  HeadKernel kernel = HeadKernel::generic;
+  int warps = 0;       // warps per block of its launches
+  int last_warps = 0;  // ... of the last launch when it runs fewer tokens than the others (passes)
+  int passes(int tokens) const {
+    const KernelDesc& d = desc(kernel);
+    return (tokens + d.max_tokens - 1) / d.max_tokens;
+  }
+};
+
+// The dynamic shared memory of a launch of `kernel` for `tokens` tokens (CUDA builds only).
+size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens);
+
+// The first row of `override_rows`, then of the type's table, that covers `tokens`, reads a held
+// copy and fits in shared memory (with 8 KiB to spare for the kernel's static shared memory).
+// CUDA builds only (it asks the kernels' shared-memory sizes).
+Plan choose(TensorType type, bool float_route, int tokens, const PlanDevice& device,
+            std::span<const PlanRow> override_rows = {});
+
+}  // namespace lmhead::cuda
