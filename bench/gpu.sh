@@ -23,7 +23,7 @@ if [ -z "$BUILD" ]; then
 fi
 export LMHEAD_TEST_DATA_DIR=$ROOT/tests/data
 # Every GPU test (and the golden and sharding tests beside them), for the concurrency rounds.
-GPU_TESTS='Cuda*:MultiGpu*:*Golden*:Sharding*'
+GPU_TESTS='Cuda*:MultiGpu*:*Golden*:Sharding*:*LlamaCpp*cuda*:LlamaCppRoutePaths.Cuda*:SampleEngine.Cuda*'
 
 step() { echo; echo "==== $* ===="; }
 
@@ -79,7 +79,7 @@ stress_and_rounds() {
   done
   for tool in ${STRESS_SANITIZERS-racecheck synccheck}; do
     step "compute-sanitizer $tool on the stress test (a short run)"
-    LMHEAD_STRESS_CALLS=40 LMHEAD_STRESS_THREADS=4 LMHEAD_STRESS_TOKENS=1,9 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 \
+    LMHEAD_STRESS_CALLS=16 LMHEAD_STRESS_THREADS=2 LMHEAD_STRESS_TOKENS=2 timeout ${SANITIZER_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
       "$BUILD/lmhead_tests" --gtest_filter='CudaStress.ManyBackendsManyThreadsGiveTheScalarBytes' 2>&1 | tail -6 | tee "$OUT/stress-$tool.log"
   done
 }
@@ -95,7 +95,7 @@ if [ "${MODE:-full}" = "stress" ]; then
 fi
 
 step "GPU tests (fresh random inputs; seed printed on failure)"
-LMHEAD_CUDA_TANH_SWEEP=1 timeout 300 "$BUILD/lmhead_tests" --gtest_filter='Cuda*' 2>&1 | tee "$OUT/tests.log"
+LMHEAD_CUDA_TANH_SWEEP=1 timeout 300 "$BUILD/lmhead_tests" --gtest_filter="$GPU_TESTS" 2>&1 | tee "$OUT/tests.log"
 TESTS_RC=$?
 
 stress_and_rounds

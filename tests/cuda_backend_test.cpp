@@ -626,20 +626,18 @@ TEST(CudaBackend, LayerNormAndHeadBiasGoldenFilesByteForByte) {
     };
     const std::vector<float> hidden = tensor("hidden");
     const int T = int(hidden.size() / size_t(c.hidden));
-    for (int variant = 0; variant < 7; ++variant) {  // as GoldenFilesByteForByte, then generic + sequential norm
+    // Every kernel of this head type, then the default plan with the norm's sequential fallback.
+    std::vector<std::pair<cuda::Tuning, std::string>> variants;
+    for (cuda::HeadKernel k : kernels_for(h.type))
+      if (runs_tokens(k, T)) variants.emplace_back(cuda::force_kernel(k), std::string(cuda::kernel_name(k)));
+    cuda::Tuning sequential;
+    sequential.hooks.force_sequential_norm = true;
+    variants.emplace_back(sequential, "default plan, sequential norm");
+    for (const auto& [tuning, label] : variants) {
       auto gpu = make_cuda_backend(h, 1);
-      cuda::Tuning t;
-      t.stream_kernel = variant <= 1;
-      t.stream_tma = variant == 0;
-      t.tma_from_tokens = 0;
-      t.stream_max_tokens = 4;
-      t.stream_n_kernel = variant == 2;
-      t.lanes_kernel = variant == 3;
-      t.use_mma = variant < 5;
-      t.force_sequential_norm = variant == 6;
-      cuda::set_tuning(*gpu, t);
+      cuda::set_tuning(*gpu, tuning);
       for (bool normed_input : {false, true}) {
-        SCOPED_TRACE("variant " + std::to_string(variant) + (normed_input ? ", --input normed" : ", hidden"));
+        SCOPED_TRACE(label + (normed_input ? ", --input normed" : ", hidden"));
         ForwardRequest req;
         req.want_stages = true;
         req.input_normed = normed_input;
