@@ -449,3 +449,25 @@ TEST(ModelConfig, EveryHeadTypeRunsOnBothRoutes) {
 }
 
 }  // namespace
+
+// The byte bill (numerics.md §10) on the golden Q5_K head: each stage's bytes, the derived figures,
+// and what each backend moves per argmax-only token.
+TEST(ByteBill, StagesDerivedFiguresAndWhatEachBackendMoves) {
+  auto model = Model::open(data_path("tail-q5k-v4099-h512.gguf"));
+  const HeadConfig& c = model->config();
+  const uint64_t V = uint64_t(c.vocab), H = uint64_t(c.hidden), logits = V * 4;
+  const ByteBill b = byte_bill(c);
+  EXPECT_EQ(b.weights, V * (H / 256) * 176);  // Q5_K: 176 B per 256 weights
+  EXPECT_EQ(b.normed, H * 4);
+  EXPECT_EQ(b.softcap_nodes, 8 * logits);
+  EXPECT_DOUBLE_EQ(b.bits_per_weight, 5.5);
+  EXPECT_EQ(b.q4_k_weights, V * (H / 256) * 144);  // Q4_K: 144 B per 256 weights
+  EXPECT_EQ(b.head_bias, 0u);
+  const ByteBill scalar = byte_bill(c, BackendKind::scalar, SoftcapRoute::nodes);
+  EXPECT_EQ(scalar.moved, b.weights + b.normed + logits + 8 * logits + logits);
+  EXPECT_EQ(byte_bill(c, BackendKind::scalar, SoftcapRoute::fused).moved, b.weights + b.normed + logits + 2 * logits + logits);
+  EXPECT_EQ(byte_bill(c, BackendKind::cpu).moved, b.weights + b.normed);  // the fused epilogue keeps no logits
+  EXPECT_EQ(byte_bill(c, BackendKind::cuda).moved, b.weights + b.normed + logits);
+  EXPECT_TRUE(scalar.cap_passes);
+  EXPECT_FALSE(byte_bill(c, BackendKind::cuda).cap_passes);
+}

@@ -286,10 +286,22 @@ class Engine {
   std::mutex run_mutex_;
 };
 
-// The per-token byte bill of numerics.md §10 for this head.
+// The per-token byte bill of numerics.md §10 for this head: each stage's traffic, the figures the
+// head's format implies, and (byte_bill with a backend) what that backend really moves per token.
 struct ByteBill {
   uint64_t weights = 0, normed = 0, logits = 0, softcap_nodes = 0, softcap_one_pass = 0, argmax = 0;
+  uint64_t head_bias = 0;        // output.bias read (0 without one)
+  double bits_per_weight = 0;    // head bytes x 8 / (vocab x hidden)
+  uint64_t q4_k_weights = 0;     // the same head as Q4_K (0 when hidden is not a multiple of 256)
+  // Filled by byte_bill(config, backend, softcap): the traffic of one argmax-only call per token.
+  // The scalar backend runs the stages one by one (logits written, the cap's passes, an argmax
+  // pass); the cpu backend scales, caps and chooses in the head's epilogue while a tile is in
+  // cache (no logits written); the cuda backend does too but stores the capped logits once.
+  uint64_t moved = 0;
+  bool cap_passes = false;       // the cap and the argmax read the logits again (scalar backend)
+  bool logits_stored = false;    // the capped logits are written to memory
 };
 ByteBill byte_bill(const HeadConfig&);
+ByteBill byte_bill(const HeadConfig&, BackendKind backend, SoftcapRoute softcap = SoftcapRoute::nodes);
 
 }  // namespace lmhead

@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.hpp"
@@ -17,6 +18,14 @@ Action register_info(CLI::App& app) {
     auto model = Model::open(*path, model_args->options());
     const HeadConfig& c = model->config();
     const ByteBill b = byte_bill(c);
+    std::error_code size_error;
+    const uint64_t file_bytes = std::filesystem::file_size(*path, size_error);
+    nlohmann::json moved = nlohmann::json::object();
+    for (BackendKind k : {BackendKind::scalar, BackendKind::cpu, BackendKind::cuda}) {
+      const ByteBill m = byte_bill(c, k, SoftcapRoute::nodes);
+      moved[std::string(to_string(k))] = {{"bytes", m.moved}, {"cap_passes", m.cap_passes},
+                                          {"logits_stored", m.logits_stored}};
+    }
     if (*json) {
       nlohmann::json j = {
           {"path", *path}, {"architecture", c.architecture}, {"hidden", c.hidden}, {"vocab", c.vocab},
@@ -34,7 +43,10 @@ Action register_info(CLI::App& app) {
           {"token_texts", model->has_token_texts()},
           {"byte_bill", {{"weights", b.weights}, {"normed", b.normed}, {"logits", b.logits},
                          {"softcap_nodes", b.softcap_nodes}, {"softcap_one_pass", b.softcap_one_pass},
-                         {"argmax", b.argmax}}}};
+                         {"argmax", b.argmax}, {"head_bias", b.head_bias}, {"bits_per_weight", b.bits_per_weight},
+                         {"file_bytes", file_bytes},
+                         {"head_share_of_file", file_bytes > 0 ? double(b.weights) / double(file_bytes) : 0.0},
+                         {"q4_k_weights", b.q4_k_weights}, {"moved_by_backend", moved}}}};
       nlohmann::json paths = nlohmann::json::array();
       for (const PathRange& r : llamacpp_path_ranges(c))
         paths.push_back({{"first_tokens", r.first}, {"last_tokens", r.last == 0 ? nlohmann::json(nullptr) : nlohmann::json(r.last)},
@@ -78,7 +90,7 @@ Action register_info(CLI::App& app) {
       std::printf("llama.cpp     %-10s %s (0c1e570: %s)\n", ts.c_str(), r.path.c_str(), r.why.c_str());
     }
     std::printf("token texts   %s\n", model->has_token_texts() ? "yes" : "no (ids only)");
-    print_byte_bill(c);
+    print_byte_bill(c, size_error ? 0 : file_bytes);
     return 0;
   };
 }

@@ -316,15 +316,32 @@ void make_checkpoint(const std::string& path, const MakeOptions& o) {
   if (bar) bar->finish();
 }
 
-void print_byte_bill(const HeadConfig& c) {
+void print_byte_bill(const HeadConfig& c, uint64_t file_bytes) {
   const ByteBill b = byte_bill(c);
   std::printf("byte bill per token (numerics.md §10):\n");
   std::printf("  %-38s %16s B\n", "head weights read", with_commas(b.weights).c_str());
   std::printf("  %-38s %16s B\n", "normed activations read", with_commas(b.normed).c_str());
+  if (b.head_bias) std::printf("  %-38s %16s B\n", "head bias read", with_commas(b.head_bias).c_str());
   std::printf("  %-38s %16s B\n", "logits written", with_commas(b.logits).c_str());
   std::printf("  %-38s %16s B\n", "four-node soft cap, 4 x (read+write)", with_commas(b.softcap_nodes).c_str());
   std::printf("  %-38s %16s B\n", "one-pass soft cap", with_commas(b.softcap_one_pass).c_str());
   std::printf("  %-38s %16s B (0 when fused)\n", "argmax reading capped logits", with_commas(b.argmax).c_str());
+  std::printf("what each backend moves per token (argmax only):\n");
+  for (BackendKind k : {BackendKind::scalar, BackendKind::cpu, BackendKind::cuda}) {
+    const ByteBill m = byte_bill(c, k, SoftcapRoute::nodes);
+    std::printf("  %-44s %10s B (%.2f %% of it the head's weights)\n",
+                (std::string(to_string(k)) + (m.cap_passes ? ": stage by stage, node cap" : m.logits_stored
+                                                  ? ": fused epilogue, logits stored once" : ": fused epilogue"))
+                    .c_str(),
+                with_commas(m.moved).c_str(), 100.0 * double(m.weights) / double(m.moved));
+  }
+  std::printf("derived:\n");
+  std::printf("  %-38s %16.4f\n", "bits per weight", b.bits_per_weight);
+  if (file_bytes > 0)
+    std::printf("  %-38s %15.2f %%\n", "head's share of the file", 100.0 * double(b.weights) / double(file_bytes));
+  if (b.q4_k_weights > 0 && c.head_type != TensorType::Q4_K)
+    std::printf("  %-38s %16s B (%+.1f %% of the head's reads)\n", "the same head as Q4_K would read",
+                with_commas(b.q4_k_weights).c_str(), 100.0 * (double(b.q4_k_weights) - double(b.weights)) / double(b.weights));
 }
 
 void print_stage_times(const std::vector<StageTime>& times, bool table) {

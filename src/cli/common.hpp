@@ -100,7 +100,8 @@ struct MakeOptions {
 };
 void make_checkpoint(const std::string& path, const MakeOptions& o);
 
-void print_byte_bill(const HeadConfig& c);
+// The bill, what each backend moves, and the derived figures; file_bytes > 0 adds the head's share.
+void print_byte_bill(const HeadConfig& c, uint64_t file_bytes = 0);
 // One line of labelled stage times; `table` prints one stage per line with its share of the total.
 void print_stage_times(const std::vector<StageTime>& times, bool table);
 

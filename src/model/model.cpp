@@ -417,6 +417,26 @@ ByteBill byte_bill(const HeadConfig& c) {
   b.softcap_nodes = 4 * 2 * logits;  // four nodes, each reads and writes every logit
   b.softcap_one_pass = 2 * logits;
   b.argmax = logits;
+  b.head_bias = c.has_head_bias ? logits : 0;
+  const double weights_count = double(c.vocab) * double(c.hidden);
+  b.bits_per_weight = weights_count > 0 ? double(c.head_bytes) * 8.0 / weights_count : 0.0;
+  const TensorTypeInfo* q4 = tensor_type_info(TensorType::Q4_K);
+  if (c.hidden % q4->block_elems == 0)
+    b.q4_k_weights = static_cast<uint64_t>(c.vocab) * static_cast<uint64_t>(c.hidden / q4->block_elems) * q4->block_bytes;
+  return b;
+}
+
+ByteBill byte_bill(const HeadConfig& c, BackendKind backend, SoftcapRoute softcap) {
+  ByteBill b = byte_bill(c);
+  b.cap_passes = backend == BackendKind::scalar;
+  b.logits_stored = backend != BackendKind::cpu;
+  b.moved = b.weights + b.normed + b.head_bias + (b.logits_stored ? b.logits : 0);
+  if (b.cap_passes) {
+    // With no cap the scale is still its own node: one read and one write of every logit.
+    const uint64_t cap = c.softcap == 0.0f ? 2 * b.logits
+                         : softcap == SoftcapRoute::nodes ? b.softcap_nodes : b.softcap_one_pass;
+    b.moved += cap + b.argmax;
+  }
   return b;
 }
 
