@@ -20,6 +20,7 @@
 #include "gguf/gguf.hpp"
 #include "lmhead/lmhead.hpp"
 #include "random_head.hpp"
+#include "test_util.hpp"
 #include "ops/tanh.hpp"
 #include "quant/blocks.hpp"
 #include "quant/dequantize.hpp"
@@ -37,10 +38,7 @@ using testing::RandomHead;
     if (!cuda_available(&why_)) GTEST_SKIP() << "no usable GPU: " << why_; \
   } while (0)
 
-std::string data_dir() {
-  if (const char* env = std::getenv("LMHEAD_TEST_DATA_DIR")) return env;
-  return LMHEAD_TEST_DATA;
-}
+using testing::data_dir;
 
 uint64_t seed_of_this_run() {
   static const uint64_t seed = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
@@ -572,13 +570,7 @@ TEST(CudaBackend, GoldenFilesByteForByte) {
     auto vectors = gguf::File::open(data_dir() + "/" + stem + ".vectors.gguf");
     const HeadConfig& c = model->config();
     const HeadView h = head_view(*model);
-    auto tensor = [&](const char* name) {
-      const gguf::TensorInfo* t = vectors->find_tensor(name);
-      EXPECT_NE(t, nullptr) << name;
-      std::vector<float> v(size_t(t->elements()));
-      std::memcpy(v.data(), t->data, v.size() * 4);
-      return v;
-    };
+    auto tensor = [&](const char* name) { return testing::golden_f32(*vectors, name); };
     const std::vector<float> hidden = tensor("hidden");
     const int T = int(hidden.size() / size_t(c.hidden));
     for (cuda::HeadKernel k : kernels_for(h.type)) {
@@ -617,13 +609,7 @@ TEST(CudaBackend, LayerNormAndHeadBiasGoldenFilesByteForByte) {
     HeadView h = head_view(*model);
     h.logit_scale = float(vectors->find("tail.logit_scale")->as_number("tail.logit_scale"));
     h.softcap = float(vectors->find("tail.softcap")->as_number("tail.softcap"));
-    auto tensor = [&](const char* name) {
-      const gguf::TensorInfo* t = vectors->find_tensor(name);
-      EXPECT_NE(t, nullptr) << name;
-      std::vector<float> v(size_t(t->elements()));
-      std::memcpy(v.data(), t->data, v.size() * 4);
-      return v;
-    };
+    auto tensor = [&](const char* name) { return testing::golden_f32(*vectors, name); };
     const std::vector<float> hidden = tensor("hidden");
     const int T = int(hidden.size() / size_t(c.hidden));
     // Every kernel of this head type, then the default plan with the norm's sequential fallback.
@@ -666,13 +652,7 @@ TEST(CudaBackend, NormedInputGivesTheGoldenLogits) {
     SCOPED_TRACE(stem);
     auto model = Model::open(data_dir() + "/" + stem + ".gguf");
     auto vectors = gguf::File::open(data_dir() + "/" + stem + ".vectors.gguf");
-    auto tensor = [&](const char* name) {
-      const gguf::TensorInfo* t = vectors->find_tensor(name);
-      EXPECT_NE(t, nullptr) << name;
-      std::vector<float> v(size_t(t->elements()));
-      std::memcpy(v.data(), t->data, v.size() * 4);
-      return v;
-    };
+    auto tensor = [&](const char* name) { return testing::golden_f32(*vectors, name); };
     const std::vector<float> normed = tensor("normed"), hidden = tensor("hidden");
     const int T = int(normed.size() / size_t(model->config().hidden));
     for (int shards : {1, 2}) {
