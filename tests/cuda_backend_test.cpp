@@ -562,6 +562,17 @@ TEST(CudaBackend, StageTimesNameTheHead) {
   EXPECT_TRUE(cuda::last_call(*gpu).polled);
 }
 
+// Every stage of a call against a golden vectors file, byte for byte.
+void expect_golden_stages(const gguf::File& vectors, const ForwardOutput& out) {
+  auto tensor = [&](const char* name) { return testing::golden_f32(vectors, name); };
+  EXPECT_TRUE(same_floats(tensor("normed"), out.stages.normed, "normed vs golden"));
+  EXPECT_TRUE(same_floats(tensor("logits_raw"), out.stages.raw, "raw vs golden"));
+  EXPECT_TRUE(same_floats(tensor("logits_scaled"), out.stages.scaled, "scaled vs golden"));
+  EXPECT_TRUE(same_floats(tensor("logits_div"), out.stages.div, "div vs golden"));
+  EXPECT_TRUE(same_floats(tensor("logits_tanh"), out.stages.tanh, "tanh vs golden"));
+  EXPECT_TRUE(same_floats(tensor("logits_capped"), out.logits, "capped vs golden"));
+}
+
 TEST(CudaBackend, GoldenFilesByteForByte) {
   SKIP_WITHOUT_GPU();
   for (const char* stem : {"tail-q5k-v4099-h512", "tail-q5k-v4096-h256", "tail-q6k-v4101-h768"}) {
@@ -580,12 +591,7 @@ TEST(CudaBackend, GoldenFilesByteForByte) {
       ForwardRequest req;
       req.want_stages = true;
       const ForwardOutput out = run(*gpu, hidden, T, req);
-      EXPECT_TRUE(same_floats(tensor("normed"), out.stages.normed, "normed vs golden"));
-      EXPECT_TRUE(same_floats(tensor("logits_raw"), out.stages.raw, "raw vs golden"));
-      EXPECT_TRUE(same_floats(tensor("logits_scaled"), out.stages.scaled, "scaled vs golden"));
-      EXPECT_TRUE(same_floats(tensor("logits_div"), out.stages.div, "div vs golden"));
-      EXPECT_TRUE(same_floats(tensor("logits_tanh"), out.stages.tanh, "tanh vs golden"));
-      EXPECT_TRUE(same_floats(tensor("logits_capped"), out.logits, "capped vs golden"));
+      expect_golden_stages(*vectors, out);
       if (std::string(stem) != "tail-q5k-v4096-h256") {
         // Rows 0, 7 and 14 saturate at exactly the cap for token 0: a three-way tie, lowest id wins.
         EXPECT_EQ(out.summaries[0].argmax, 0);
@@ -628,12 +634,7 @@ TEST(CudaBackend, LayerNormAndHeadBiasGoldenFilesByteForByte) {
         req.want_stages = true;
         req.input_normed = normed_input;
         const ForwardOutput out = run(*gpu, normed_input ? tensor("normed") : hidden, T, req);
-        EXPECT_TRUE(same_floats(tensor("normed"), out.stages.normed, "normed vs golden"));
-        EXPECT_TRUE(same_floats(tensor("logits_raw"), out.stages.raw, "raw vs golden"));
-        EXPECT_TRUE(same_floats(tensor("logits_scaled"), out.stages.scaled, "scaled vs golden"));
-        EXPECT_TRUE(same_floats(tensor("logits_div"), out.stages.div, "div vs golden"));
-        EXPECT_TRUE(same_floats(tensor("logits_tanh"), out.stages.tanh, "tanh vs golden"));
-        EXPECT_TRUE(same_floats(tensor("logits_capped"), out.logits, "capped vs golden"));
+        expect_golden_stages(*vectors, out);
       }
     }
   }
