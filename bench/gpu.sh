@@ -5,6 +5,7 @@
 # read ceiling measured in the same run. Prints a summary table last.
 #   bench/gpu.sh [BUILD_DIR]     (default: build/cuda-carry if it holds binaries, else build/gpu)
 #   MODE=stress bench/gpu.sh     the correctness-under-load steps alone
+#   MODE=route bench/gpu.sh      the llama.cpp route's tests, then it beside the default route (Muse shape)
 # Logs go to $OUT (or /tmp/lmhead-gpu).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,7 @@ if [ -z "$BUILD" ]; then
 fi
 export LMHEAD_TEST_DATA_DIR=$ROOT/tests/data
 # Every GPU test (and the golden and sharding tests beside them), for the concurrency rounds.
-GPU_TESTS='Cuda*:MultiGpu*:*Golden*:Sharding*:*LlamaCpp*cuda*:LlamaCppRoutePaths.Cuda*:SampleEngine.Cuda*'
+GPU_TESTS='Cuda*:MultiGpu*:*Golden*:Sharding*:*LlamaCpp*cuda*:LlamaCppRoutePaths.Unsupported*:LlamaCppRouteShapes.*:SampleEngine.Cuda*'
 
 step() { echo; echo "==== $* ===="; }
 
@@ -84,6 +85,44 @@ stress_and_rounds() {
   done
 }
 
+route_bench() {
+  [ -x "$BUILD/lmhead" ] || return 0
+  # Route llamacpp beside the default route, Muse shape, every head type whose llama.cpp path has
+  # its own order somewhere (issue 21: within 1.5x of the default route at every T on the H200).
+  step "route llamacpp vs the default route (Muse shape, lmhead bench --backend cuda)"
+  for type in q5_K q6_K q4_K f16; do
+    f=$SCRATCH/muse-$type.gguf
+    [ -f "$f" ] || timeout 200 "$BUILD/lmhead" make "$f" --type $type --quiet || continue
+    for route in vec_dot llamacpp; do
+      timeout 120 "$BUILD/lmhead" bench "$f" --backend cuda --route $route --tokens 1,2,4,8,16 --repeat 200 --json \
+        > "$OUT/route-$type-$route.json" 2> "$OUT/route-$type-$route.err" || cat "$OUT/route-$type-$route.err"
+    done
+    rm -f "$f"
+  done
+  python3 - "$OUT" <<'PY' 2>&1 | tee "$OUT/route.log"
+import json, sys, os
+out = sys.argv[1]
+print("| head | T | llama.cpp path | default ms | llamacpp ms | llamacpp / default | llamacpp GB/s | ratio to ceiling | ceiling GB/s |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for t in ["q5_K", "q6_K", "q4_K", "f16"]:
+    try:
+        d = json.load(open(os.path.join(out, f"route-{t}-vec_dot.json")))["results"]
+        l = json.load(open(os.path.join(out, f"route-{t}-llamacpp.json")))["results"]
+    except Exception as e:
+        print(f"| {t} | missing: {e} |"); continue
+    for a, b in zip(d, l):
+        print(f"| {t} | {a['tokens']} | {b['llamacpp_path']} | {a['median_ms']:.4f} | {b['median_ms']:.4f} | "
+              f"{b['median_ms'] / a['median_ms']:.2f} | {b['gbps']:.0f} | {b['ratio']:.3f} | {b['ceiling_gbps']:.0f} |")
+PY
+}
+
+if [ "${MODE:-full}" = "route" ]; then
+  step "route llamacpp tests"
+  timeout 300 "$BUILD/lmhead_tests" --gtest_filter="${ROUTE_TESTS:-*LlamaCpp*:CudaPlan*}" 2>&1 | tee "$OUT/tests.log" | grep -E "^\[  (PASSED|FAILED|SKIPPED)|Failure|Expected|Which is|^\[ +OK|tests ran" | head -80
+  route_bench
+  exit 0
+fi
+
 if [ "${MODE:-full}" = "stress" ]; then
   stress_and_rounds
   step "summary"
@@ -126,6 +165,8 @@ if [ -x "$BUILD/lmhead" ]; then
     timeout 120 "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda --repeat 200 ) 2>&1 | tee "$OUT/cli.log"
 fi
 
+if [ "${ROUTE_BENCH:-1}" = "1" ]; then route_bench; fi
+
 if [ "${PROFILE_AFTER:-0}" = "1" ]; then
   # The default head kernel at T = 1, 8 and 16 (stream kernels), a few sections each.
   for m in mma1 mma8 mma16; do
@@ -148,3 +189,4 @@ grep -E "^[0-9:.]* (ceiling|best configuration)" "$OUT/bench.log"
 awk -F', ' '{ gsub(/ MHz/, "", $2); gsub(/ W/, "", $3); if (min == "" || $2 + 0 < min) min = $2 + 0; if ($3 + 0 > maxp) maxp = $3 + 0; r[$4]++ }
   END { printf "during the benchmark: SM clock min %s MHz, power max %s W, throttle reasons:", min, maxp; for (k in r) printf " %s (%d samples)", k, r[k]; print "" }' "$OUT/smi.csv"
 sed 's/^[0-9:.]* //' "$OUT/bench.log" | sed -n '/^| head |/,$p'
+[ -f "$OUT/route.log" ] && cat "$OUT/route.log"

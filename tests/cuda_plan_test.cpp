@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda/plan.hpp"
+#include "lmhead/error.hpp"
 
 namespace lmhead {
 namespace {
@@ -81,6 +82,33 @@ TEST(CudaPlan, OtherTypesAndOverrides) {
   const cuda::PlanRow tma[] = {{1, 16, HeadKernel::q5k_tma, 0}};
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 1, all, tma).kernel, HeadKernel::q5k_tma);
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 3, all, tma).kernel, HeadKernel::q5k_stream_n);
+}
+
+// Route llamacpp: where llama.cpp's path has vec_dot's order the default tables answer; elsewhere
+// the path's own kernel, whatever override rows say (they tune the default route only).
+TEST(CudaPlan, LlamaCppRouteTakesThePathsKernel) {
+  using quant::LlamaCppPath;
+  const cuda::PlanDevice all = device(4096, kAll);
+  EXPECT_EQ(cuda::plan_route(false, Route::llamacpp, LlamaCppPath::vec_dot), cuda::PlanRoute::q8);
+  EXPECT_EQ(cuda::plan_route(false, Route::llamacpp, LlamaCppPath::sgemm_q8_0), cuda::PlanRoute::q8);
+  EXPECT_EQ(cuda::plan_route(true, Route::vec_dot, LlamaCppPath::sgemm_f16), cuda::PlanRoute::float_acts);
+  EXPECT_THROW(cuda::plan_route(false, Route::llamacpp, LlamaCppPath::unsupported), Error);
+  const cuda::PlanRow mma[] = {{1, 16, HeadKernel::q5k_mma, 8}};
+  EXPECT_EQ(cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 8, all, mma).kernel,
+            HeadKernel::q5k_stream_n_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 16, device(4096, kRows)).kernel,
+            HeadKernel::llamacpp_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::llamacpp_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_repack, 16, all).kernel,
+            HeadKernel::llamacpp_repack);
+  const cuda::Plan vec = cuda::choose(TensorType::F16, cuda::PlanRoute::llamacpp_f16_vec, 3, all);
+  EXPECT_EQ(vec.kernel, HeadKernel::llamacpp_f16_vec);
+  EXPECT_EQ(vec.passes(3), 3);  // 64 lanes per output: one token per launch
+  EXPECT_EQ(cuda::choose(TensorType::F16, cuda::PlanRoute::llamacpp_f16_sgemm, 16, all).passes(16), 4);
+  // The default route's loops over kernels never meet llama.cpp's.
+  for (TensorType t : {TensorType::Q4_K, TensorType::F16, TensorType::F32})
+    for (HeadKernel k : cuda::kHeadKernels)
+      if (cuda::is_llamacpp_kernel(k)) EXPECT_FALSE(cuda::kernel_reads_type(k, t));
 }
 #endif
 

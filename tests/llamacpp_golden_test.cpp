@@ -65,6 +65,8 @@ class LlamaCppRoute : public ::testing::TestWithParam<std::tuple<Case, BackendKi
 
 TEST_P(LlamaCppRoute, LogitsAreLlamaCppBytes) {
   const Case c = std::get<0>(GetParam());
+  std::string why;
+  if (std::get<1>(GetParam()) == BackendKind::cuda && !cuda_available(&why)) GTEST_SKIP() << "no usable GPU: " << why;
   const Golden g = load(c);
   const RunResult r = run(g, c.tokens, std::get<1>(GetParam()), Route::llamacpp);
   EXPECT_TRUE(r.reproduces_llamacpp);
@@ -73,7 +75,7 @@ TEST_P(LlamaCppRoute, LogitsAreLlamaCppBytes) {
 
 INSTANTIATE_TEST_SUITE_P(EverySet, LlamaCppRoute,
                          ::testing::Combine(::testing::ValuesIn(kSets),
-                                            ::testing::Values(BackendKind::scalar, BackendKind::cpu)),
+                                            ::testing::Values(BackendKind::scalar, BackendKind::cpu, BackendKind::cuda)),
                          [](const auto& info) {
                            return case_name(std::get<0>(info.param)) + "_" +
                                   std::string(to_string(std::get<1>(info.param)));
@@ -130,20 +132,26 @@ TEST(LlamaCppRoutePaths, RefusesF32Activations) {
   EXPECT_THROW(engine.run(g.hidden.values, 1, opts), Error);
 }
 
-// The CUDA backend has no llama.cpp paths yet: it refuses the route naming the path, rather than
-// giving the vec_dot route's bytes under the llamacpp name.
-TEST(LlamaCppRoutePaths, CudaRefusesByName) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << "no usable GPU: " << why;
-  const Golden g = load({"q5_K", 8});
-  Engine engine(g.model, {.backend = BackendKind::cuda});
-  RunOptions opts;
-  opts.route = Route::llamacpp;
-  try {
-    engine.run(g.hidden.values, 8, opts);
-    ADD_FAILURE() << "the cuda backend ran route llamacpp";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tiled_kquant"), std::string::npos) << e.what();
+// A path no backend reproduces is refused by name, not answered with another order's bytes.
+TEST(LlamaCppRoutePaths, UnsupportedHeadTypeRefusedByName) {
+  TempDir dir;
+  const std::string m = dir.file("h.gguf");
+  ASSERT_EQ(run_command(cli() + " make " + m + " --vocab 64 --hidden 256 --type bf16 --seed 3").status, 0);
+  auto model = Model::open(m);
+  if (llamacpp_path(model->config(), 1) != "unsupported") GTEST_SKIP() << "BF16 heads have a llama.cpp path now";
+  for (BackendKind kind : {BackendKind::scalar, BackendKind::cuda}) {
+    std::string why;
+    if (kind == BackendKind::cuda && !cuda_available(&why)) continue;
+    Engine engine(model, {.backend = kind});
+    RunOptions opts;
+    opts.route = Route::llamacpp;
+    const std::vector<float> h(256, 0.5f);
+    try {
+      engine.run(h, 1, opts);
+      ADD_FAILURE() << to_string(kind) << " ran route llamacpp on a BF16 head";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("BF16"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -3,12 +3,16 @@
 // unpacked once per call) must give the scalar backend's bytes, in shards too; and the engine's
 // 16-token passes must not change the path's per-token order: the scalar backend's raw logits are
 // recomputed here token by token from the call's token count (the repacked Q4_K path quantizes and
-// multiplies whole groups of 4 of the call's tokens differently from the rest).
+// multiplies whole groups of 4 of the call's tokens differently from the rest). The CUDA backend
+// (one thread per row, tokens in launches of 4 or 1) must give the same bytes, alone and in shards.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/backend.hpp"
 #include "lmhead/lmhead.hpp"
 #include "ops/rmsnorm.hpp"
 #include "quant/llamacpp_route.hpp"
@@ -45,6 +49,14 @@ TEST_P(LlamaCppRouteShapes, CpuEqualsScalarAndPassesKeepTheCallsOrder) {
   Engine scalar(model, {.backend = BackendKind::scalar});
   Engine cpu(model, {.backend = BackendKind::cpu, .threads = 2});
   Engine sharded(model, {.backend = BackendKind::cpu, .threads = 2, .shards = 3});
+  std::string why;
+  const bool gpu = cuda_available(&why);
+  if (!gpu) std::printf("[  SKIPPED ] the cuda half of this test: no usable GPU: %s\n", why.c_str());
+  std::unique_ptr<Engine> cuda, cuda_sharded;
+  if (gpu) {
+    cuda = std::make_unique<Engine>(model, EngineOptions{.backend = BackendKind::cuda});
+    cuda_sharded = std::make_unique<Engine>(model, EngineOptions{.backend = BackendKind::cuda, .shards = 3});
+  }
   for (int T : {1, 2, 4, 7, 8, 13, 21}) {
     const std::vector<float> h = hidden_states(T, c.hidden, uint64_t(T));
     RunOptions opts;
@@ -55,6 +67,13 @@ TEST_P(LlamaCppRouteShapes, CpuEqualsScalarAndPassesKeepTheCallsOrder) {
     EXPECT_EQ(want.llamacpp_path, llamacpp_path(c, T));
     EXPECT_TRUE(same_bytes(cpu.run(h, T, opts).logits, want.logits)) << type << " T = " << T;
     EXPECT_TRUE(same_bytes(sharded.run(h, T, opts).logits, want.logits)) << type << " T = " << T << ", 3 shards";
+    if (gpu) {
+      const RunResult got = cuda->run(h, T, opts);
+      EXPECT_EQ(got.llamacpp_path, want.llamacpp_path);
+      EXPECT_TRUE(same_bytes(got.logits, want.logits)) << type << " T = " << T << ", cuda";
+      EXPECT_TRUE(same_bytes(got.stages.raw, want.stages.raw)) << type << " T = " << T << ", cuda";
+      EXPECT_TRUE(same_bytes(cuda_sharded->run(h, T, opts).logits, want.logits)) << type << " T = " << T << ", cuda, 3 shards";
+    }
 
     const quant::LlamaCppPath path = quant::llamacpp_path(c.head_type, c.vocab, c.hidden, T);
     const auto fmt = quant::llamacpp_activation_format(path, c.head_type);
@@ -89,7 +108,39 @@ TEST(LlamaCppRouteShapes, Q4KWithoutRepackTakesTheTiledPath) {
   RunOptions opts;
   opts.route = Route::llamacpp;
   opts.want_logits = true;
-  EXPECT_TRUE(same_bytes(cpu.run(h, 9, opts).logits, scalar.run(h, 9, opts).logits));
+  const std::vector<float> want = scalar.run(h, 9, opts).logits;
+  EXPECT_TRUE(same_bytes(cpu.run(h, 9, opts).logits, want));
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "the cuda half: no usable GPU: " << why;
+  Engine cuda(model, {.backend = BackendKind::cuda});
+  EXPECT_TRUE(same_bytes(cuda.run(h, 9, opts).logits, want));
+}
+
+// An F16 head whose hidden size is not a multiple of 16 and whose rows are not a multiple of 4:
+// llamafile's sgemm declines it at every T, so ggml_vec_dot_f16 runs, with a tail past the last
+// 64-element step added in double.
+TEST(LlamaCppRouteShapes, F16VecDotWithATail) {
+  TempDir dir;
+  const std::string m = dir.file("h.gguf");
+  ASSERT_EQ(run_command(cli() + " make " + m + " --vocab 1543 --hidden 1000 --type f16 --seed 4").status, 0);
+  auto model = Model::open(m);
+  EXPECT_EQ(llamacpp_path(model->config(), 5), "vec_dot_f16");
+  Engine scalar(model, {.backend = BackendKind::scalar});
+  Engine cpu(model, {.backend = BackendKind::cpu, .threads = 2});
+  std::string why;
+  const bool gpu = cuda_available(&why);
+  if (!gpu) std::printf("[  SKIPPED ] the cuda half of this test: no usable GPU: %s\n", why.c_str());
+  std::unique_ptr<Engine> cuda;
+  if (gpu) cuda = std::make_unique<Engine>(model, EngineOptions{.backend = BackendKind::cuda});
+  for (int T : {1, 5}) {
+    const std::vector<float> h = hidden_states(T, 1000, 11 + uint64_t(T));
+    RunOptions opts;
+    opts.route = Route::llamacpp;
+    opts.want_logits = true;
+    const std::vector<float> want = scalar.run(h, T, opts).logits;
+    EXPECT_TRUE(same_bytes(cpu.run(h, T, opts).logits, want)) << "T = " << T;
+    if (gpu) EXPECT_TRUE(same_bytes(cuda->run(h, T, opts).logits, want)) << "T = " << T << ", cuda";
+  }
 }
 
 }  // namespace

@@ -136,6 +136,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return device_ == 0 ? "cuda" : "cuda:" + std::to_string(device_); }
   bool takes_normed_input() const override { return true; }
+  bool takes_llamacpp_route() const override { return true; }
   uint64_t device_bytes() const override { return head_device_bytes(); }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
@@ -252,7 +253,8 @@ class CudaBackend final : public Backend {
       case quant::ActivationFormat::f32: s.format = ActFormat::f32; break;
     }
     s.float_route = s.format == ActFormat::f16 || s.format == ActFormat::bf16 || s.format == ActFormat::f32;
-    s.plan = choose(head_.type, s.float_route, tokens, plan_device(), tuning_.rows);
+    s.plan = choose(head_.type, plan_route(s.float_route, req.route, req.llamacpp_path), tokens, plan_device(),
+                    tuning_.rows);
     const CapParams cp = cap_params(head_, req.softcap);
     s.cap_mode = cp.cap == 0.0f ? kScaleOnly : (req.softcap == SoftcapRoute::fused ? kCapFused : kCapNodes);
     s.k = req.top_k;
@@ -322,6 +324,7 @@ class CudaBackend final : public Backend {
     pp.eps = head_.eps;
     pp.format = s.format;
     pp.force_sequential = s.sequential_norm ? 1 : 0;
+    if (s.plan.kernel == HeadKernel::llamacpp_repack) pp.positive_amax_tokens = s.T - s.T % 4;
     pp.act_qs = act_qs_.get();
     pp.act_d = act_d_.get();
     pp.act_bsp = act_bsp_.get();
@@ -420,7 +423,8 @@ class CudaBackend final : public Backend {
         case HeadKernel::q6k_stream: launch_q6k_stream(hp, warps, pdl, num_sms_, stream_); break;
         case HeadKernel::q8_0_stream: launch_q8_0_stream(hp, warps, pdl, num_sms_, stream_); break;
         case HeadKernel::q5k_tma: launch_q5k_tma(hp, pdl, num_sms_, stream_); break;
-        case HeadKernel::q5k_stream_n: launch_q5k_stream_n(hp, warps, pdl, num_sms_, stream_); break;
+        case HeadKernel::q5k_stream_n: launch_q5k_stream_n(hp, warps, false, pdl, num_sms_, stream_); break;
+        case HeadKernel::q5k_stream_n_tiled: launch_q5k_stream_n(hp, warps, true, pdl, num_sms_, stream_); break;
         case HeadKernel::q5k_lanes: launch_q5k_lanes(hp, pdl, num_sms_, stream_); break;
         case HeadKernel::q5k_mma: {
           MmaConfig mc;
@@ -429,7 +433,21 @@ class CudaBackend final : public Backend {
           launch_q5k_mma(hp, mc, num_sms_, stream_);
           break;
         }
-        case HeadKernel::generic: launch_generic_head(hp, head_.type, s.float_route, num_sms_, pdl, stream_); break;
+        case HeadKernel::generic:
+          launch_generic_head(hp, head_.type, s.float_route, GenericOrder::vec_dot, num_sms_, pdl, stream_);
+          break;
+        case HeadKernel::llamacpp_tiled:
+          launch_generic_head(hp, head_.type, false, GenericOrder::llamacpp_tiled, num_sms_, pdl, stream_);
+          break;
+        case HeadKernel::llamacpp_repack:
+          launch_generic_head(hp, head_.type, false, GenericOrder::llamacpp_repack, num_sms_, pdl, stream_);
+          break;
+        case HeadKernel::llamacpp_f16_vec:
+          launch_generic_head(hp, head_.type, true, GenericOrder::llamacpp_f16_vec, num_sms_, pdl, stream_);
+          break;
+        case HeadKernel::llamacpp_f16_sgemm:
+          launch_generic_head(hp, head_.type, true, GenericOrder::llamacpp_f16_sgemm, num_sms_, pdl, stream_);
+          break;
       }
     }
   }

@@ -5,6 +5,10 @@
 // backend's. Tokens go in passes of kGenericTokens (each pass reads the weights once): this is the
 // path for the heads and routes the tensor-core kernel does not cover, and the reference it is
 // measured against.
+//
+// With a llama.cpp order (GenericOrder, Route::llamacpp) the same walk computes that path's
+// roundings (src/quant/llamacpp_route.cpp): the integer sums of a super-block are exact in any
+// order, so only where floats round differs.
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
@@ -82,12 +86,30 @@ __device__ __forceinline__ void group_levels(const uint8_t* b, uint32_t (&lv)[8]
   }
 }
 
-template <TensorType T, bool FR, int NW, int S>
+// _mm512_reduce_add_ps as GCC expands it (llamacpp_route.cpp's reduce16).
+__device__ __forceinline__ float reduce16(const float* a) {
+  float h8[8], h4[4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) h8[i] = __fadd_rn(a[i + 8], a[i]);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h4[i] = __fadd_rn(h8[i + 4], h8[i]);
+  return __fadd_rn(__fadd_rn(h4[0], h4[2]), __fadd_rn(h4[1], h4[3]));
+}
+
+template <TensorType T, bool FR, GenericOrder O, int NW, int S>
 __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadParams p) {
   constexpr int GE = Geometry<T>::GE, GB = Geometry<T>::GB, PITCH = pitch_of<T>();
   constexpr int CH = GB / 16, STAGE = stage_bytes<T>();
   constexpr bool kIntDot = !FR && (T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K ||
                                    T == TensorType::Q8_0);
+  constexpr bool kTiled = O == GenericOrder::llamacpp_tiled, kRepack = O == GenericOrder::llamacpp_repack;
+  constexpr bool kF16Vec = O == GenericOrder::llamacpp_f16_vec, kF16Sgemm = O == GenericOrder::llamacpp_f16_sgemm;
+  static_assert(!(kTiled || kRepack) || (kIntDot && T != TensorType::Q8_0), "llama.cpp's K-quant orders");
+  static_assert(!kRepack || T == TensorType::Q4_K, "only Q4_K is repacked");
+  static_assert(!(kF16Vec || kF16Sgemm) || (FR && T == TensorType::F16), "llama.cpp's F16 orders");
+  // vec_dot_f16 keeps 64 lanes per output (four 16-lane accumulators): one token per launch.
+  constexpr int TCP = kF16Vec ? 1 : kTC;
+  constexpr int NL = kF16Vec ? 64 : kF16Sgemm ? 16 : 8;
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ PartialBest s_best[NW][kMaxTokens];
   __shared__ int s_item_tile[NW][S];
@@ -141,16 +163,18 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
   for (int s = 0; s < S - 1; ++s) issue();
   pdl_wait();
 
-  float acc[kTC][8];
-  float extra[kTC][4];
-  PartialBest best[kTC];
+  float acc[TCP][NL];
+  float extra[TCP][4];
+  double tail[TCP];  // vec_dot_f16: the elements past a multiple of 64, in double
+  PartialBest best[TCP];
 #pragma unroll
-  for (int j = 0; j < kTC; ++j) {
+  for (int j = 0; j < TCP; ++j) {
     best[j] = best_empty();
 #pragma unroll
-    for (int k = 0; k < 8; ++k) acc[j][k] = 0.0f;
+    for (int k = 0; k < NL; ++k) acc[j][k] = 0.0f;
 #pragma unroll
     for (int k = 0; k < 4; ++k) extra[j][k] = 0.0f;
+    tail[j] = 0.0;
   }
 
   int slot = 0;
@@ -180,7 +204,7 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
       }
       const int nblk = T == TensorType::Q8_0 ? min(8, (H - gi * 256) / 32) : 8;
 #pragma unroll
-      for (int tj = 0; tj < kTC; ++tj) {
+      for (int tj = 0; tj < TCP; ++tj) {
         if (tj >= p.tc) break;
         const int t = p.t0 + tj;
         const int8_t* act = p.act_qs + (size_t(gi) * kMaxTokens + t) * kActPitch;
@@ -190,7 +214,66 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
           const uint4 v = ldg128(act + 16 * i);
           aw[4 * i] = v.x; aw[4 * i + 1] = v.y; aw[4 * i + 2] = v.z; aw[4 * i + 3] = v.w;
         }
-        if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
+        if constexpr ((kTiled || kRepack) && (T == TensorType::Q4_K || T == TensorType::Q5_K)) {
+          // Exact integers per pair of sub-blocks (j = 2m, 2m + 1): the scaled dots and the mins
+          // times the sub-block sums.
+          const float ad = __ldg(p.act_d + size_t(gi) * kMaxTokens + t);
+          const uint4 bs = ldg128(p.act_bsp + (size_t(gi) * kMaxTokens + t) * 4);
+          const int imin[4] = {__dp2a_lo(int(bs.x), int(ks.m_lo), 0), __dp2a_hi(int(bs.y), int(ks.m_lo), 0),
+                               __dp2a_lo(int(bs.z), int(ks.m_hi), 0), __dp2a_hi(int(bs.w), int(ks.m_hi), 0)};
+          int isum[4];
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            int s = 0;
+#pragma unroll
+            for (int j = 2 * m; j < 2 * m + 2; ++j) {
+              int raw = 0;
+#pragma unroll
+              for (int k = 0; k < 8; ++k) raw = __dp4a(int(lv[j][k]), int(aw[8 * j + k]), raw);
+              s += int(sc_of(ks, j)) * raw;
+            }
+            isum[m] = s;
+          }
+          const int s1 = isum[0] + isum[1] + isum[2] + isum[3], s2 = imin[0] + imin[1] + imin[2] + imin[3];
+          if constexpr (kTiled) {
+            // Per slab: r = dmin * s2 taken off float(s1) * d by one fused multiply-add, then out + r * y.d.
+            const float r = __fmaf_rn(-wdmin, __int2float_rn(s2), __fmul_rn(__int2float_rn(s1), wd));
+            acc[tj][0] = __fadd_rn(acc[tj][0], __fmul_rn(r, ad));
+          } else {
+            // Two accumulators by fma with d * y.d and dmin * y.d rounded first; the gemm (whole
+            // groups of 4 tokens) adds per pair of sub-blocks, the gemv once per super-block.
+            const float dd = __fmul_rn(wd, ad), dm = __fmul_rn(wdmin, ad);
+            if (t < p.T - p.T % 4) {
+#pragma unroll
+              for (int m = 0; m < 4; ++m) {
+                acc[tj][0] = __fmaf_rn(__int2float_rn(isum[m]), dd, acc[tj][0]);
+                acc[tj][1] = __fmaf_rn(__int2float_rn(imin[m]), dm, acc[tj][1]);
+              }
+            } else {
+              acc[tj][0] = __fmaf_rn(__int2float_rn(s1), dd, acc[tj][0]);
+              acc[tj][1] = __fmaf_rn(__int2float_rn(s2), dm, acc[tj][1]);
+            }
+          }
+        } else if constexpr (kTiled && T == TensorType::Q6_K) {
+          // The signed levels' exact dot: the unsigned codes' minus 32 times each 16-element sum.
+          const float ad = __ldg(p.act_d + size_t(gi) * kMaxTokens + t);
+          const uint4 sc4 = lds128(b + 192);
+          auto scale = [&](int si) { return int(int8_t(byte_of(word_of(sc4, si >> 2), si & 3))); };
+          int s1 = 0;
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+#pragma unroll
+            for (int c = 0; c < 8; ++c) s1 += scale(2 * c + (k >= 4 ? 1 : 0)) * __dp4a(int(lv[c][k]), int(aw[8 * c + k]), 0);
+            int bs0 = 0, bs1 = 0;
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+              bs0 = __dp4a(int(aw[8 * k + w]), 0x01010101, bs0);
+              bs1 = __dp4a(int(aw[8 * k + 4 + w]), 0x01010101, bs1);
+            }
+            s1 -= 32 * (scale(2 * k) * bs0 + scale(2 * k + 1) * bs1);
+          }
+          acc[tj][0] = __fadd_rn(acc[tj][0], __fmul_rn(__fmul_rn(__int2float_rn(s1), wd), ad));
+        } else if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
           // dq = y.d * d; dm = (-y.d) * dmin; the mins' integer sums from the sub-block sums.
           const float ad = __ldg(p.act_d + size_t(gi) * kMaxTokens + t);
           const float dq = __fmul_rn(ad, wd), dm = __fmul_rn(-ad, wdmin);
@@ -251,12 +334,20 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
       const int e0 = gi * GE;
       const int ne = min(GE, H - e0);
       const float* xb = p.act_f + size_t(p.t0) * f_pitch + e0;
+      // vec_dot_f16: accumulator (e % 64) / 16, lane e % 16 (groups are 128 elements, so the
+      // group-local e has the row's residues); elements past the last multiple of 64 go to the tail.
+      const int vec_end = H / 64 * 64 - e0;
       auto feed = [&](int e, float w) {
 #pragma unroll
-        for (int tj = 0; tj < kTC; ++tj) {
+        for (int tj = 0; tj < TCP; ++tj) {
           if (tj >= p.tc) break;
           const float x = __ldg(xb + size_t(tj) * f_pitch + e);
-          acc[tj][e & 7] = __fmaf_rn(w, x, acc[tj][e & 7]);
+          if constexpr (kF16Vec) {
+            if (e < vec_end) acc[tj][e & 63] = __fmaf_rn(w, x, acc[tj][e & 63]);
+            else tail[tj] = __dadd_rn(tail[tj], double(__fmul_rn(w, x)));
+          } else {
+            acc[tj][e & (NL - 1)] = __fmaf_rn(w, x, acc[tj][e & (NL - 1)]);
+          }
         }
       };
       if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K || T == TensorType::Q8_0) {
@@ -324,12 +415,30 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
 
     if (gi == G - 1) {
 #pragma unroll
-      for (int tj = 0; tj < kTC; ++tj) {
+      for (int tj = 0; tj < TCP; ++tj) {
         if (tj < p.tc) {
-          float raw = reduce_lanes(acc[tj]);
-          if constexpr (kIntDot && T == TensorType::Q5_K) raw = __fadd_rn(raw, extra[tj][0]);
-          if constexpr (kIntDot && T == TensorType::Q4_K)
-            raw = __fadd_rn(raw, __fadd_rn(__fadd_rn(extra[tj][0], extra[tj][2]), __fadd_rn(extra[tj][1], extra[tj][3])));
+          float raw;
+          if constexpr (kTiled) {
+            raw = acc[tj][0];
+          } else if constexpr (kRepack) {
+            raw = __fsub_rn(acc[tj][0], acc[tj][1]);
+          } else if constexpr (kF16Sgemm) {
+            raw = reduce16(acc[tj]);
+          } else if constexpr (kF16Vec) {
+            float r[16];
+#pragma unroll
+            for (int l = 0; l < 16; ++l)
+              r[l] = __fadd_rn(__fadd_rn(acc[tj][l], acc[tj][32 + l]), __fadd_rn(acc[tj][16 + l], acc[tj][48 + l]));
+            raw = __double2float_rn(__dadd_rn(double(reduce16(r)), tail[tj]));
+          } else {
+            float lanes[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) lanes[k] = acc[tj][k];
+            raw = reduce_lanes(lanes);
+            if constexpr (kIntDot && T == TensorType::Q5_K) raw = __fadd_rn(raw, extra[tj][0]);
+            if constexpr (kIntDot && T == TensorType::Q4_K)
+              raw = __fadd_rn(raw, __fadd_rn(__fadd_rn(extra[tj][0], extra[tj][2]), __fadd_rn(extra[tj][1], extra[tj][3])));
+          }
           const int t = p.t0 + tj;
           PartialBest mine = best_empty();
           if (row < V) {
@@ -344,9 +453,10 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
           best[tj] = best_merge(best[tj], mine);
         }
 #pragma unroll
-        for (int k = 0; k < 8; ++k) acc[tj][k] = 0.0f;
+        for (int k = 0; k < NL; ++k) acc[tj][k] = 0.0f;
 #pragma unroll
         for (int k = 0; k < 4; ++k) extra[tj][k] = 0.0f;
+        tail[tj] = 0.0;
       }
     }
     slot = slot + 1 == S ? 0 : slot + 1;
@@ -354,13 +464,13 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
   cp_async_wait_all();
 
   if (lane == 0)
-    for (int tj = 0; tj < kTC; ++tj) s_best[warp][tj] = best[tj];
-  merge_warps_and_finalize(p, s_best, NW, kTC);
+    for (int tj = 0; tj < TCP; ++tj) s_best[warp][tj] = best[tj];
+  merge_warps_and_finalize(p, s_best, NW, TCP);
 }
 
-template <TensorType T, bool FR>
+template <TensorType T, bool FR, GenericOrder O = GenericOrder::vec_dot>
 void launch_typed(const HeadParams& p, int num_sms, bool pdl, cudaStream_t stream) {
-  constexpr auto kernel = generic_head_kernel<T, FR, kWarps, kStages>;
+  constexpr auto kernel = generic_head_kernel<T, FR, O, kWarps, kStages>;
   const size_t smem = size_t(kWarps) * kStages * stage_bytes<T>();
   // Configured once per device, on the first (uncaptured) call of the shape.
   allow_max_dynamic_smem<kernel>();
@@ -382,8 +492,26 @@ void launch_typed(const HeadParams& p, int num_sms, bool pdl, cudaStream_t strea
 
 }  // namespace
 
-void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, int num_sms, bool pdl,
-                         cudaStream_t stream) {
+void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, GenericOrder order, int num_sms,
+                         bool pdl, cudaStream_t stream) {
+  using O = GenericOrder;
+  switch (order) {
+    case O::vec_dot: break;
+    case O::llamacpp_tiled:
+      if (type == TensorType::Q4_K) return launch_typed<TensorType::Q4_K, false, O::llamacpp_tiled>(p, num_sms, pdl, stream);
+      if (type == TensorType::Q5_K) return launch_typed<TensorType::Q5_K, false, O::llamacpp_tiled>(p, num_sms, pdl, stream);
+      if (type == TensorType::Q6_K) return launch_typed<TensorType::Q6_K, false, O::llamacpp_tiled>(p, num_sms, pdl, stream);
+      throw Error("llama.cpp's tiled order needs a Q4_K, Q5_K or Q6_K head, not " + std::string(tensor_type_name(type)));
+    case O::llamacpp_repack:
+      if (type == TensorType::Q4_K) return launch_typed<TensorType::Q4_K, false, O::llamacpp_repack>(p, num_sms, pdl, stream);
+      throw Error("llama.cpp's repacked order needs a Q4_K head, not " + std::string(tensor_type_name(type)));
+    case O::llamacpp_f16_vec:
+    case O::llamacpp_f16_sgemm:
+      if (type != TensorType::F16)
+        throw Error("llama.cpp's F16 orders need an F16 head, not " + std::string(tensor_type_name(type)));
+      return order == O::llamacpp_f16_vec ? launch_typed<TensorType::F16, true, O::llamacpp_f16_vec>(p, num_sms, pdl, stream)
+                                          : launch_typed<TensorType::F16, true, O::llamacpp_f16_sgemm>(p, num_sms, pdl, stream);
+  }
   switch (type) {
     case TensorType::Q4_K:
       return float_route ? launch_typed<TensorType::Q4_K, true>(p, num_sms, pdl, stream)

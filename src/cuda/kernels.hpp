@@ -54,6 +54,10 @@ struct PrepParams {
   float eps = 0;
   ActFormat format = ActFormat::q8_K;
   int force_sequential = 0;       // test hook: always run the sequential double chain
+  // q8_K: tokens t < positive_amax_tokens take the scale's sign positive whenever some element
+  // equals +amax (llama.cpp's ggml_quantize_mat_q8_K_4x8 for the repacked Q4_K gemm's whole
+  // groups of 4 tokens; the others take the sign of the first element reaching amax)
+  int positive_amax_tokens = 0;
   // q8 formats: groups of 256 elements, token slot pitch kActPitch
   int8_t* act_qs = nullptr;       // [ngroups][kMaxTokens][kActPitch]
   float* act_d = nullptr;         // q8_K: [H/256][kMaxTokens]; q8_0: [H/32][kMaxTokens] (f32 of the f16 d)
@@ -132,11 +136,16 @@ void launch_q5k_tma(const HeadParams& p, bool pdl, int num_sms, cudaStream_t str
 size_t q5k_tma_smem(int groups, int tokens);
 // The Q5_K q8-route head for any T with the tokens in the MMA's N, weights streamed into registers
 // from the sub-blocks stream layout (see q5k_stream_n.cu). warps: 8, 12 or 16 (T <= 8).
-void launch_q5k_stream_n(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
+// llamacpp_tiled: llama.cpp's tiled K-quant order instead of vec_dot's (12 warps, 8 above 8 tokens).
+void launch_q5k_stream_n(const HeadParams& p, int warps, bool llamacpp_tiled, bool pdl, int num_sms,
+                         cudaStream_t stream);
 size_t q5k_stream_n_smem(int groups, int tokens);
-// Every head type on both routes, one thread per row, tokens in passes of 4.
+// Every head type on both routes, one thread per row, tokens in passes of 4; with a llama.cpp
+// order, that path's roundings instead of vec_dot's (numerics.md, "The llama.cpp route"). The
+// repacked Q4_K order takes the gemm's for tokens below T - T % 4 (whole groups of 4 of the call).
 constexpr int kGenericTokens = 4;
-void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, int num_sms,
+enum class GenericOrder : int { vec_dot, llamacpp_tiled, llamacpp_repack, llamacpp_f16_vec, llamacpp_f16_sgemm };
+void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, GenericOrder order, int num_sms,
                          bool pdl, cudaStream_t stream);
 
 // Selection beyond the fused argmax, over the stored capped logits.

@@ -153,6 +153,11 @@ class MultiGpuBackend final : public Backend {
       if (!part->takes_normed_input()) return false;
     return true;
   }
+  bool takes_llamacpp_route() const override {  // the engine chose the path from the whole head
+    for (const auto& part : parts_)
+      if (!part->takes_llamacpp_route()) return false;
+    return true;
+  }
   uint64_t device_bytes() const override {
     uint64_t n = 0;
     for (const auto& part : parts_) n += part->device_bytes();

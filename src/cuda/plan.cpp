@@ -1,6 +1,9 @@
 #include "cuda/plan.hpp"
 
 #include <algorithm>
+#include <string>
+
+#include "lmhead/error.hpp"
 
 #include "cuda/kernels.hpp"
 
@@ -15,6 +18,26 @@ static_assert(desc(HeadKernel::q4k_stream).max_tokens == 2);
 static_assert(desc(HeadKernel::q5k_stream_n).max_tokens == kMaxTokens);
 static_assert(desc(HeadKernel::q5k_mma).max_tokens == kMaxTokens);
 static_assert(desc(HeadKernel::generic).max_tokens == kGenericTokens);
+static_assert(desc(HeadKernel::llamacpp_tiled).max_tokens == kGenericTokens);
+static_assert(desc(HeadKernel::llamacpp_repack).max_tokens == kGenericTokens);
+static_assert(desc(HeadKernel::llamacpp_f16_sgemm).max_tokens == kGenericTokens);
+static_assert(desc(HeadKernel::llamacpp_f16_vec).max_tokens == 1);
+
+PlanRoute plan_route(bool float_route, Route route, quant::LlamaCppPath path) {
+  using quant::LlamaCppPath;
+  if (route != Route::llamacpp) return float_route ? PlanRoute::float_acts : PlanRoute::q8;
+  switch (path) {
+    case LlamaCppPath::vec_dot:
+    case LlamaCppPath::sgemm_q8_0: return float_route ? PlanRoute::float_acts : PlanRoute::q8;
+    case LlamaCppPath::tiled_kquant: return PlanRoute::llamacpp_tiled;
+    case LlamaCppPath::repack_q4_K_8x8: return PlanRoute::llamacpp_repack;
+    case LlamaCppPath::vec_dot_f16: return PlanRoute::llamacpp_f16_vec;
+    case LlamaCppPath::sgemm_f16: return PlanRoute::llamacpp_f16_sgemm;
+    default: break;
+  }
+  throw Error("route llamacpp: the cuda backend does not reproduce llama.cpp's " + std::string(quant::path_name(path)) +
+              " path");
+}
 
 size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens) {
   const int tc = std::min(tokens, desc(kernel).max_tokens);
@@ -24,14 +47,19 @@ size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens) {
     case HeadKernel::q6k_stream: return q6k_stream_smem(groups, tc);
     case HeadKernel::q8_0_stream: return q8_0_stream_smem(groups, tc);
     case HeadKernel::q5k_tma: return q5k_tma_smem(groups, tc);
-    case HeadKernel::q5k_stream_n: return q5k_stream_n_smem(groups, tc);
+    case HeadKernel::q5k_stream_n:
+    case HeadKernel::q5k_stream_n_tiled: return q5k_stream_n_smem(groups, tc);
     case HeadKernel::q5k_lanes: return q5k_lanes_smem(groups, tc);
     case HeadKernel::q5k_mma: {
       MmaConfig c;
       c.warps = warps;
       return q5k_mma_smem(groups, tc, c);
     }
-    case HeadKernel::generic: return 0;
+    case HeadKernel::generic:
+    case HeadKernel::llamacpp_tiled:
+    case HeadKernel::llamacpp_repack:
+    case HeadKernel::llamacpp_f16_vec:
+    case HeadKernel::llamacpp_f16_sgemm: return 0;
   }
   return 0;
 }
@@ -52,18 +80,22 @@ bool can_run(const PlanRow& r, int tokens, const PlanDevice& d) {
 
 }  // namespace
 
-Plan choose(TensorType type, bool float_route, int tokens, const PlanDevice& device,
+Plan choose(TensorType type, PlanRoute route, int tokens, const PlanDevice& device,
             std::span<const PlanRow> override_rows) {
+  const std::span<const PlanRow> own = plan_table(type, route);
+  const bool q8_or_float = route == PlanRoute::q8 || route == PlanRoute::float_acts;
   auto first_row = [&](int t) -> Plan {
-    for (std::span<const PlanRow> table : {override_rows, plan_table(type, float_route)})
+    for (std::span<const PlanRow> table : {q8_or_float ? override_rows : std::span<const PlanRow>{}, own})
       for (const PlanRow& r : table) {
-        if (!kernel_reads_type(r.kernel, type) || (float_route && r.kernel != HeadKernel::generic)) continue;
+        if (q8_or_float && (!kernel_reads_type(r.kernel, type) ||
+                            (route == PlanRoute::float_acts && r.kernel != HeadKernel::generic)))
+          continue;
         if (can_run(r, t, device)) {
           const int warps = r.warps != 0 ? r.warps : desc(r.kernel).warps[0];
           return Plan{r.kernel, warps, warps};
         }
       }
-    return Plan{HeadKernel::generic, 0, 0};
+    return Plan{own.back().kernel, 0, 0};  // each table ends in a kernel that runs every call
   };
   Plan plan = first_row(tokens);
   // A call in passes: each pass takes the warps its own token count's row gives the same kernel.

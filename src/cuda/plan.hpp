@@ -10,7 +10,9 @@
 #include <iterator>
 #include <span>
 
+#include "lmhead/lmhead.hpp"
 #include "lmhead/tensor_type.hpp"
+#include "quant/llamacpp_route.hpp"
 
 namespace lmhead::cuda {
 
@@ -24,11 +26,20 @@ enum class HeadKernel : uint8_t {
   q5k_lanes,     // Q5_K on the file's rows, staged by cp.async, lanes in N (T <= 2)
   q5k_mma,       // Q5_K on the file's rows, staged by cp.async, tokens in N
   generic,       // every type and route, one thread per row
+  // llama.cpp's own CPU orders (Route::llamacpp where its path is not vec_dot's): generic's
+  // structure, one thread per row, with that path's roundings (numerics.md, "The llama.cpp route")
+  llamacpp_tiled,       // the tiled K-quant matmul (Q4_K not repacked, Q5_K, Q6_K; from 8 tokens)
+  llamacpp_repack,      // repacked Q4_K: gemm order for whole groups of 4 tokens, gemv for the rest
+  llamacpp_f16_vec,     // ggml_vec_dot_f16 (one token per launch: 64 lanes per output)
+  llamacpp_f16_sgemm,   // llamafile's tinyBLAS for F16 x F16
+  q5k_stream_n_tiled,   // q5k_stream_n's walk and MMAs with the tiled K-quant order (Q5_K, 8+ tokens)
 };
 
 constexpr HeadKernel kHeadKernels[] = {
     HeadKernel::q5k_stream, HeadKernel::q5k_tma,   HeadKernel::q5k_stream_n, HeadKernel::q4k_stream, HeadKernel::q6k_stream,
-    HeadKernel::q8_0_stream, HeadKernel::q5k_lanes, HeadKernel::q5k_mma,      HeadKernel::generic};
+    HeadKernel::q8_0_stream, HeadKernel::q5k_lanes, HeadKernel::q5k_mma,      HeadKernel::generic,
+    HeadKernel::llamacpp_tiled, HeadKernel::llamacpp_repack, HeadKernel::llamacpp_f16_vec, HeadKernel::llamacpp_f16_sgemm,
+    HeadKernel::q5k_stream_n_tiled};
 
 // The device copies of a head (docs/cuda.md, "Device layouts").
 enum class HeadCopy : uint8_t {
@@ -66,12 +77,36 @@ constexpr KernelDesc kKernelDescs[] = {
     {HeadKernel::q5k_lanes, "q5k_lanes", "int8 tensor cores", TensorType::Q5_K, HeadCopy::rows, 2, false, {0, 0, 0}},
     {HeadKernel::q5k_mma, "q5k_mma", "int8 tensor cores", TensorType::Q5_K, HeadCopy::rows, 16, false, {12, 8, 16}},
     {HeadKernel::generic, "generic", "generic kernel", TensorType::F32, HeadCopy::rows, 4, true, {0, 0, 0}},
+    {HeadKernel::llamacpp_tiled, "llamacpp_tiled", "llama.cpp's tiled K-quant order", TensorType::F32, HeadCopy::rows, 4,
+     true, {0, 0, 0}},
+    {HeadKernel::llamacpp_repack, "llamacpp_repack", "llama.cpp's repacked Q4_K order", TensorType::Q4_K,
+     HeadCopy::rows, 4, true, {0, 0, 0}},
+    {HeadKernel::llamacpp_f16_vec, "llamacpp_f16_vec", "llama.cpp's vec_dot_f16 order", TensorType::F16,
+     HeadCopy::rows, 1, true, {0, 0, 0}},
+    {HeadKernel::llamacpp_f16_sgemm, "llamacpp_f16_sgemm", "llamafile's sgemm order", TensorType::F16, HeadCopy::rows,
+     4, true, {0, 0, 0}},
+    {HeadKernel::q5k_stream_n_tiled, "q5k_stream_n_tiled", "int8 tensor cores, tokens in N, llama.cpp's tiled order",
+     TensorType::Q5_K, HeadCopy::subblocks, 16, false, {0, 0, 0}},
 };
 static_assert(std::size(kKernelDescs) == std::size(kHeadKernels));
 
 constexpr const KernelDesc& desc(HeadKernel k) { return kKernelDescs[size_t(k)]; }
 constexpr const char* kernel_name(HeadKernel k) { return desc(k).name; }
-constexpr bool kernel_reads_type(HeadKernel k, TensorType t) { return k == HeadKernel::generic || desc(k).type == t; }
+constexpr bool is_llamacpp_kernel(HeadKernel k) {
+  return k == HeadKernel::llamacpp_tiled || k == HeadKernel::llamacpp_repack || k == HeadKernel::llamacpp_f16_vec ||
+         k == HeadKernel::llamacpp_f16_sgemm || k == HeadKernel::q5k_stream_n_tiled;
+}
+// The kernels that compute the q8 and float routes of a head of type t (llama.cpp's orders are
+// chosen only through their own tables).
+constexpr bool kernel_reads_type(HeadKernel k, TensorType t) {
+  return k == HeadKernel::generic || (!is_llamacpp_kernel(k) && desc(k).type == t);
+}
+
+// The order a call's dots follow: the q8 route's (vec_dot), the float activation routes, or one of
+// llama.cpp's own paths (Route::llamacpp where llama.cpp does not take vec_dot's order).
+enum class PlanRoute : uint8_t { q8, float_acts, llamacpp_tiled, llamacpp_repack, llamacpp_f16_vec, llamacpp_f16_sgemm };
+// Throws Error for a llama.cpp path this backend does not reproduce.
+PlanRoute plan_route(bool float_route, Route route, quant::LlamaCppPath path);
 
 // One row of a dispatch table: calls of min_tokens..max_tokens tokens run `kernel` with `warps`
 // warps per block (0: its first built configuration).
@@ -97,10 +132,26 @@ constexpr PlanRow kQ80Plan[] = {{1, 1, HeadKernel::q8_0_stream, 16},
                                 {3, 16, HeadKernel::q8_0_stream, 16},
                                 {1, 16, HeadKernel::generic, 0}};
 constexpr PlanRow kGenericPlan[] = {{1, 16, HeadKernel::generic, 0}};
+// llama.cpp's own orders (their paths already depend on the token count). Q5_K's tiled order runs
+// on the tensor cores where the sub-blocks stream copy is held.
+constexpr PlanRow kLlamaCppTiledPlan[] = {{1, 16, HeadKernel::llamacpp_tiled, 0}};
+constexpr PlanRow kLlamaCppTiledQ5KPlan[] = {{1, 16, HeadKernel::q5k_stream_n_tiled, 0},
+                                             {1, 16, HeadKernel::llamacpp_tiled, 0}};
+constexpr PlanRow kLlamaCppRepackPlan[] = {{1, 16, HeadKernel::llamacpp_repack, 0}};
+constexpr PlanRow kLlamaCppF16VecPlan[] = {{1, 16, HeadKernel::llamacpp_f16_vec, 0}};
+constexpr PlanRow kLlamaCppF16SgemmPlan[] = {{1, 16, HeadKernel::llamacpp_f16_sgemm, 0}};
 
-// The table of a head type; float_route: the f16 / bf16 / f32 activation routes (generic only).
-constexpr std::span<const PlanRow> plan_table(TensorType type, bool float_route) {
-  if (float_route) return kGenericPlan;
+// The table of a head type and route (float_acts: the f16 / bf16 / f32 activation routes).
+constexpr std::span<const PlanRow> plan_table(TensorType type, PlanRoute route) {
+  switch (route) {
+    case PlanRoute::q8: break;
+    case PlanRoute::float_acts: return kGenericPlan;
+    case PlanRoute::llamacpp_tiled: return type == TensorType::Q5_K ? std::span<const PlanRow>(kLlamaCppTiledQ5KPlan)
+                                                                    : std::span<const PlanRow>(kLlamaCppTiledPlan);
+    case PlanRoute::llamacpp_repack: return kLlamaCppRepackPlan;
+    case PlanRoute::llamacpp_f16_vec: return kLlamaCppF16VecPlan;
+    case PlanRoute::llamacpp_f16_sgemm: return kLlamaCppF16SgemmPlan;
+  }
   switch (type) {
     case TensorType::Q5_K: return kQ5KPlan;
     case TensorType::Q4_K: return kQ4KPlan;
@@ -130,10 +181,15 @@ struct Plan {
 // The dynamic shared memory of a launch of `kernel` for `tokens` tokens (CUDA builds only).
 size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens);
 
-// The first row of `override_rows`, then of the type's table, that covers `tokens`, reads a held
-// copy and fits in shared memory (with 8 KiB to spare for the kernel's static shared memory).
-// CUDA builds only (it asks the kernels' shared-memory sizes).
-Plan choose(TensorType type, bool float_route, int tokens, const PlanDevice& device,
+// The first row of `override_rows`, then of the table of the type and route, that covers `tokens`,
+// reads a held copy and fits in shared memory (with 8 KiB to spare for the kernel's static shared
+// memory). Override rows apply to the q8 and float routes only (llama.cpp's orders have one kernel
+// each). CUDA builds only (it asks the kernels' shared-memory sizes).
+Plan choose(TensorType type, PlanRoute route, int tokens, const PlanDevice& device,
             std::span<const PlanRow> override_rows = {});
+inline Plan choose(TensorType type, bool float_route, int tokens, const PlanDevice& device,
+                   std::span<const PlanRow> override_rows = {}) {
+  return choose(type, float_route ? PlanRoute::float_acts : PlanRoute::q8, tokens, device, override_rows);
+}
 
 }  // namespace lmhead::cuda

@@ -66,7 +66,7 @@ __device__ __forceinline__ float layer_square(float x, float mean) {
 
 // One 256-element Q8_K block, by one warp: lane l owns elements 8l .. 8l+7.
 __device__ void quantize_q8_K_block(const float* x, int8_t* qs_out, float* d_out, uint32_t* bsp_out,
-                                    int8_t* frag_out, int8_t* lanes_out) {
+                                    int8_t* frag_out, int8_t* lanes_out, bool positive_amax) {
   const int lane = threadIdx.x & 31;
   float v[8];
 #pragma unroll
@@ -87,8 +87,12 @@ __device__ void quantize_q8_K_block(const float* x, int8_t* qs_out, float* d_out
   uint32_t w0 = 0, w1 = 0;
   int lane_sum = 0;
   float d = 0.0f;
+  bool has_positive_amax = false;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) has_positive_amax |= v[j] == amax;
+  has_positive_amax = __any_sync(0xffffffffu, has_positive_amax);
   if (amax != 0.0f) {
-    const float max = x[idx];
+    const float max = positive_amax && has_positive_amax ? amax : x[idx];
     const float iscale = __fdiv_rn(-127.0f, max);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -254,7 +258,8 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
         quantize_q8_K_block(xs + 256 * b, p.act_qs + (size_t(b) * kMaxTokens + t) * kActPitch,
                             p.act_d + size_t(b) * kMaxTokens + t, p.act_bsp + (size_t(b) * kMaxTokens + t) * 4,
                             p.act_frag + (size_t(b) * kMaxTokens + t) * kFragPitch,
-                            t < kLanesTokens ? p.act_lanes + (size_t(b) * kLanesTokens + t) * 32 * kLanesPitch : nullptr);
+                            t < kLanesTokens ? p.act_lanes + (size_t(b) * kLanesTokens + t) * 32 * kLanesPitch : nullptr,
+                            t < p.positive_amax_tokens);
       break;
     }
     case ActFormat::q8_0: {

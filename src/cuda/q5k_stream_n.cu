@@ -13,6 +13,11 @@
 // thread straight into registers (no shared-memory staging, no copy bookkeeping) and keeps one item
 // in flight while it computes the other.
 //
+// TILED (route llamacpp from 8 tokens on) keeps the integers and rounds as llama.cpp's tiled K-quant
+// matmul does: the eight lanes' integer sums of a super-block add up, exactly, to the slab's s1;
+// then r = fma(-dmin, s2, s1 * d) and out = out + r * y.d once per super-block (numerics.md, "The
+// llama.cpp route"). a.acc[..][0] holds `out`; lanes 1..7 and summs stay unused.
+//
 // The activations sit in shared memory as B fragments: per (super-block, token) and pair of lanes
 // (2i, 2i + 1), the (b0, b1) words of thread q (sub-blocks q and q + 4) in one 16-byte run; token
 // runs are 80 words apart so that the two tokens of a quarter-warp hit different banks.
@@ -42,12 +47,14 @@ struct Acc {
   float summs[NT][2][2];
 };
 
-template <int NT>
+template <int NT, bool TILED>
 __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint32_t* s_act, const uint4* s_bsp,
                                              const float* s_yd, int lane, Acc<NT>& a) {
   constexpr int TTOT = 8 * NT;
   const int g = lane >> 2, q = lane & 3;
   float dq[NT][2][2];
+  float row_d[2], row_dmin[2];
+  int s1[NT][2][2], s2[NT][2][2];  // TILED: the slab's exact integers
   uint32_t s0a[2], s1a[2], s0b[2], s1b[2];  // planes of sc[q] (a) and sc[q + 4] (b), rows g, g + 8
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -55,6 +62,8 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
     const float d = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFFu)));
     const float dmin = __half2float(__ushort_as_half(uint16_t(h.x >> 16)));
     const KScales ks = k_scales(h);
+    row_d[r] = d;
+    row_dmin[r] = dmin;
     const uint32_t sca = __byte_perm(ks.sc_lo, 0u, 0x4440u | unsigned(q));
     const uint32_t scb = __byte_perm(ks.sc_hi, 0u, 0x4440u | unsigned(q));
     s0a[r] = sca & 7u;
@@ -68,9 +77,14 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
         const int tok = 8 * nt + 2 * q + c;
         const float yd = s_yd[sb * TTOT + tok];
         const uint4 bs = s_bsp[sb * TTOT + tok];
-        dq[nt][c][r] = __fmul_rn(yd, d);
-        const float dm = __fmul_rn(-yd, dmin);
-        a.summs[nt][c][r] = __fmaf_rn(dm, k_mins_sum(bs, ks.m_lo, ks.m_hi), a.summs[nt][c][r]);
+        if constexpr (TILED) {
+          s1[nt][c][r] = 0;
+          s2[nt][c][r] = __float2int_rn(k_mins_sum(bs, ks.m_lo, ks.m_hi));  // exact: |s2| < 2^22
+        } else {
+          dq[nt][c][r] = __fmul_rn(yd, d);
+          const float dm = __fmul_rn(-yd, dmin);
+          a.summs[nt][c][r] = __fmaf_rn(dm, k_mins_sum(bs, ks.m_lo, ks.m_hi), a.summs[nt][c][r]);
+        }
       }
   }
 
@@ -107,9 +121,25 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
       for (int c = 0; c < 2; ++c)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          a.acc[nt][c][r][k] = __fmaf_rn(dq[nt][c][r], plane_isum(d1[2 * r + c], d0[2 * r + c]), a.acc[nt][c][r][k]);
+          if constexpr (TILED)
+            s1[nt][c][r] += 8 * (d1[2 * r + c] - kMagicBits) + (d0[2 * r + c] - kMagicBits);
+          else
+            a.acc[nt][c][r][k] = __fmaf_rn(dq[nt][c][r], plane_isum(d1[2 * r + c], d0[2 * r + c]), a.acc[nt][c][r][k]);
         }
     }
+  }
+  if constexpr (TILED) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float yd = s_yd[sb * TTOT + 8 * nt + 2 * q + c];
+          const float rr = __fmaf_rn(-row_dmin[r], __int2float_rn(s2[nt][c][r]),
+                                     __fmul_rn(__int2float_rn(s1[nt][c][r]), row_d[r]));
+          a.acc[nt][c][r][0] = __fadd_rn(a.acc[nt][c][r][0], __fmul_rn(rr, yd));
+        }
   }
 }
 
@@ -143,10 +173,11 @@ __device__ void stage_tokens(const HeadParams& p, uint32_t* s_act, uint4* s_bsp,
 
 // Row g + 8r, token 8 nt + 2q + c of a finished tile: the eight lanes and the mins term give the
 // raw logit, then scale, cap, store and the running argmax.
+template <bool TILED>
 __device__ __forceinline__ void finish_row(const HeadParams& p, int tile, int lane, int nt, int c, int r,
                                            const float (&lanes)[8], float summs, PartialBest& best) {
   const int g = lane >> 2, q = lane & 3, V = p.vocab;
-  const float raw = __fadd_rn(reduce_lanes(lanes), summs);
+  const float raw = TILED ? lanes[0] : __fadd_rn(reduce_lanes(lanes), summs);
   const int row = tile * kTileRows + g + 8 * r;
   const int tok = 8 * nt + 2 * q + c;
   if (row < V && tok < p.T) {
@@ -176,7 +207,7 @@ __device__ void finish_tokens(const HeadParams& p, PartialBest (&best)[NT][2], P
   merge_warps_and_finalize(p, s_best, NW, p.T);
 }
 
-template <int NT, int NW>
+template <int NT, int NW, bool TILED>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ PartialBest s_best[NW][kMaxTokens];
@@ -230,7 +261,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
     for (int d = 0; d < 2; ++d) {
       const int tile = buf_tile[d], sb = buf_sb[d];
       if (tile >= walk.ntiles) { more = false; break; }
-      compute_item<NT>(buf[d], sb, s_act, s_bsp, s_yd, lane, a);
+      compute_item<NT, TILED>(buf[d], sb, s_act, s_bsp, s_yd, lane, a);
       load_next(d);
       if (sb == G - 1) {
 #pragma unroll
@@ -239,7 +270,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
           for (int c = 0; c < 2; ++c)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-              finish_row(p, tile, lane, nt, c, r, a.acc[nt][c][r], a.summs[nt][c][r], best[nt][c]);
+              finish_row<TILED>(p, tile, lane, nt, c, r, a.acc[nt][c][r], a.summs[nt][c][r], best[nt][c]);
               a.summs[nt][c][r] = 0.0f;
 #pragma unroll
               for (int k = 0; k < 8; ++k) a.acc[nt][c][r][k] = 0.0f;
@@ -251,17 +282,23 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
   finish_tokens<NT, NW>(p, best, s_best, warp, lane);
 }
 
-template <int NT, int NW>
+template <int NT, int NW, bool TILED = false>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  launch_head_kernel<q5k_stream_n_kernel<NT, NW>>(dim3(num_sms), dim3(NW * 32), smem_bytes(p.groups, 8 * NT), pdl, stream, p);
+  launch_head_kernel<q5k_stream_n_kernel<NT, NW, TILED>>(dim3(num_sms), dim3(NW * 32), smem_bytes(p.groups, 8 * NT), pdl,
+                                                         stream, p);
 }
 
 }  // namespace
 
 size_t q5k_stream_n_smem(int groups, int tokens) { return smem_bytes(groups, tokens <= 8 ? 8 : 16); }
 // warps: 8, 12 or 16 per block for T <= 8 (one tile of 8 tokens); T > 8 runs two tiles with 8 warps.
-void launch_q5k_stream_n(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
+void launch_q5k_stream_n(const HeadParams& p, int warps, bool llamacpp_tiled, bool pdl, int num_sms,
+                         cudaStream_t stream) {
   if (p.T < 1 || p.T > kMaxTokens) throw Error("launch_q5k_stream_n: 1 to 16 tokens per call");
+  if (llamacpp_tiled) {
+    if (p.T > 8) return launch_config<2, 8, true>(p, pdl, num_sms, stream);
+    return launch_config<1, 12, true>(p, pdl, num_sms, stream);
+  }
   if (p.T > 8) return launch_config<2, 8>(p, pdl, num_sms, stream);
   if (warps >= 16) return launch_config<1, 16>(p, pdl, num_sms, stream);
   if (warps >= 12) return launch_config<1, 12>(p, pdl, num_sms, stream);
