@@ -98,7 +98,10 @@ TEST(CudaPlan, LlamaCppRouteTakesThePathsKernel) {
             HeadKernel::q5k_stream_n_tiled);
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 16, device(4096, kRows)).kernel,
             HeadKernel::llamacpp_tiled);
-  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::llamacpp_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::q6k_stream_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, device(4096, kRows)).kernel,
+            HeadKernel::llamacpp_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::llamacpp_tiled);
   EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_repack, 16, all).kernel,
             HeadKernel::llamacpp_repack);
   const cuda::Plan vec = cuda::choose(TensorType::F16, cuda::PlanRoute::llamacpp_f16_vec, 3, all);

@@ -420,7 +420,8 @@ class CudaBackend final : public Backend {
       switch (s.plan.kernel) {
         case HeadKernel::q5k_stream: launch_q5k_stream(hp, warps, false, pdl, num_sms_, stream_); break;
         case HeadKernel::q4k_stream: launch_q5k_stream(hp, warps, true, pdl, num_sms_, stream_); break;
-        case HeadKernel::q6k_stream: launch_q6k_stream(hp, warps, pdl, num_sms_, stream_); break;
+        case HeadKernel::q6k_stream: launch_q6k_stream(hp, warps, false, pdl, num_sms_, stream_); break;
+        case HeadKernel::q6k_stream_tiled: launch_q6k_stream(hp, warps, true, pdl, num_sms_, stream_); break;
         case HeadKernel::q8_0_stream: launch_q8_0_stream(hp, warps, pdl, num_sms_, stream_); break;
         case HeadKernel::q5k_tma: launch_q5k_tma(hp, pdl, num_sms_, stream_); break;
         case HeadKernel::q5k_stream_n: launch_q5k_stream_n(hp, warps, false, pdl, num_sms_, stream_); break;

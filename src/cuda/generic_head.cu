@@ -393,17 +393,21 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
           }
         }
       } else {
-        for (int e4 = 0; e4 < GE; e4 += 4) {
-          if (e4 >= ne) break;
-          const uint4 v = lds128(b + (T == TensorType::F32 ? 4 * e4 : 2 * e4) / 16 * 16);
-          for (int bb = 0; bb < 4; ++bb) {
-            const int e = e4 + bb;
+        // Unrolled, so that each element's lane (e % NL) is a register, not a local-memory index.
+        constexpr int EPC = T == TensorType::F32 ? 4 : 8;  // elements per 16-byte chunk
+#pragma unroll
+        for (int c = 0; c < GE / EPC; ++c) {
+          if (EPC * c >= ne) break;
+          const uint4 v = lds128(b + 16 * c);
+#pragma unroll
+          for (int k = 0; k < EPC; ++k) {
+            const int e = EPC * c + k;
             if (e >= ne) break;
             float w;
             if constexpr (T == TensorType::F32) {
-              w = __uint_as_float(word_of(v, e & 3));
+              w = __uint_as_float(word_of(v, k));
             } else {
-              const uint32_t half = (word_of(v, (e & 7) >> 1) >> (16 * (e & 1))) & 0xFFFFu;
+              const uint32_t half = (word_of(v, k >> 1) >> (16 * (k & 1))) & 0xFFFFu;
               w = T == TensorType::F16 ? f16_exact(half) : __uint_as_float(half << 16);
             }
             feed(e, w);

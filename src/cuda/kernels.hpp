@@ -126,7 +126,8 @@ void launch_q5k_stream(const HeadParams& p, int warps, bool q4k, bool pdl, int n
 size_t q5k_stream_smem(int groups, int tokens);
 // The same kernel body (stream_kernel.cuh) for Q6_K (q6k_stream.cu) and Q8_0 heads whose hidden
 // size is a multiple of 256 (q8_0_stream.cu), each on its own stream layout in stream_weights.
-void launch_q6k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
+// llamacpp_tiled: Q6_K with llama.cpp's tiled K-quant order instead of vec_dot's.
+void launch_q6k_stream(const HeadParams& p, int warps, bool llamacpp_tiled, bool pdl, int num_sms, cudaStream_t stream);
 size_t q6k_stream_smem(int groups, int tokens);
 void launch_q8_0_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream);
 size_t q8_0_stream_smem(int groups, int tokens);

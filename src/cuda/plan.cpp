@@ -44,7 +44,8 @@ size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens) {
   switch (kernel) {
     case HeadKernel::q5k_stream:
     case HeadKernel::q4k_stream: return q5k_stream_smem(groups, tc);
-    case HeadKernel::q6k_stream: return q6k_stream_smem(groups, tc);
+    case HeadKernel::q6k_stream:
+    case HeadKernel::q6k_stream_tiled: return q6k_stream_smem(groups, tc);
     case HeadKernel::q8_0_stream: return q8_0_stream_smem(groups, tc);
     case HeadKernel::q5k_tma: return q5k_tma_smem(groups, tc);
     case HeadKernel::q5k_stream_n:

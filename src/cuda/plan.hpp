@@ -33,13 +33,14 @@ enum class HeadKernel : uint8_t {
   llamacpp_f16_vec,     // ggml_vec_dot_f16 (one token per launch: 64 lanes per output)
   llamacpp_f16_sgemm,   // llamafile's tinyBLAS for F16 x F16
   q5k_stream_n_tiled,   // q5k_stream_n's walk and MMAs with the tiled K-quant order (Q5_K, 8+ tokens)
+  q6k_stream_tiled,     // q6k_stream's with the tiled K-quant order (Q6_K, 8+ tokens)
 };
 
 constexpr HeadKernel kHeadKernels[] = {
     HeadKernel::q5k_stream, HeadKernel::q5k_tma,   HeadKernel::q5k_stream_n, HeadKernel::q4k_stream, HeadKernel::q6k_stream,
     HeadKernel::q8_0_stream, HeadKernel::q5k_lanes, HeadKernel::q5k_mma,      HeadKernel::generic,
     HeadKernel::llamacpp_tiled, HeadKernel::llamacpp_repack, HeadKernel::llamacpp_f16_vec, HeadKernel::llamacpp_f16_sgemm,
-    HeadKernel::q5k_stream_n_tiled};
+    HeadKernel::q5k_stream_n_tiled, HeadKernel::q6k_stream_tiled};
 
 // The device copies of a head (docs/cuda.md, "Device layouts").
 enum class HeadCopy : uint8_t {
@@ -87,6 +88,8 @@ constexpr KernelDesc kKernelDescs[] = {
      4, true, {0, 0, 0}},
     {HeadKernel::q5k_stream_n_tiled, "q5k_stream_n_tiled", "int8 tensor cores, tokens in N, llama.cpp's tiled order",
      TensorType::Q5_K, HeadCopy::subblocks, 16, false, {0, 0, 0}},
+    {HeadKernel::q6k_stream_tiled, "q6k_stream_tiled", "int8 tensor cores, streamed weights, llama.cpp's tiled order",
+     TensorType::Q6_K, HeadCopy::lanes, 4, true, {16, 12, 8}},
 };
 static_assert(std::size(kKernelDescs) == std::size(kHeadKernels));
 
@@ -94,7 +97,8 @@ constexpr const KernelDesc& desc(HeadKernel k) { return kKernelDescs[size_t(k)];
 constexpr const char* kernel_name(HeadKernel k) { return desc(k).name; }
 constexpr bool is_llamacpp_kernel(HeadKernel k) {
   return k == HeadKernel::llamacpp_tiled || k == HeadKernel::llamacpp_repack || k == HeadKernel::llamacpp_f16_vec ||
-         k == HeadKernel::llamacpp_f16_sgemm || k == HeadKernel::q5k_stream_n_tiled;
+         k == HeadKernel::llamacpp_f16_sgemm || k == HeadKernel::q5k_stream_n_tiled ||
+         k == HeadKernel::q6k_stream_tiled;
 }
 // The kernels that compute the q8 and float routes of a head of type t (llama.cpp's orders are
 // chosen only through their own tables).
@@ -137,6 +141,8 @@ constexpr PlanRow kGenericPlan[] = {{1, 16, HeadKernel::generic, 0}};
 constexpr PlanRow kLlamaCppTiledPlan[] = {{1, 16, HeadKernel::llamacpp_tiled, 0}};
 constexpr PlanRow kLlamaCppTiledQ5KPlan[] = {{1, 16, HeadKernel::q5k_stream_n_tiled, 0},
                                              {1, 16, HeadKernel::llamacpp_tiled, 0}};
+constexpr PlanRow kLlamaCppTiledQ6KPlan[] = {{1, 16, HeadKernel::q6k_stream_tiled, 16},
+                                             {1, 16, HeadKernel::llamacpp_tiled, 0}};
 constexpr PlanRow kLlamaCppRepackPlan[] = {{1, 16, HeadKernel::llamacpp_repack, 0}};
 constexpr PlanRow kLlamaCppF16VecPlan[] = {{1, 16, HeadKernel::llamacpp_f16_vec, 0}};
 constexpr PlanRow kLlamaCppF16SgemmPlan[] = {{1, 16, HeadKernel::llamacpp_f16_sgemm, 0}};
@@ -146,8 +152,10 @@ constexpr std::span<const PlanRow> plan_table(TensorType type, PlanRoute route) 
   switch (route) {
     case PlanRoute::q8: break;
     case PlanRoute::float_acts: return kGenericPlan;
-    case PlanRoute::llamacpp_tiled: return type == TensorType::Q5_K ? std::span<const PlanRow>(kLlamaCppTiledQ5KPlan)
-                                                                    : std::span<const PlanRow>(kLlamaCppTiledPlan);
+    case PlanRoute::llamacpp_tiled:
+      if (type == TensorType::Q5_K) return kLlamaCppTiledQ5KPlan;
+      if (type == TensorType::Q6_K) return kLlamaCppTiledQ6KPlan;
+      return kLlamaCppTiledPlan;
     case PlanRoute::llamacpp_repack: return kLlamaCppRepackPlan;
     case PlanRoute::llamacpp_f16_vec: return kLlamaCppF16VecPlan;
     case PlanRoute::llamacpp_f16_sgemm: return kLlamaCppF16SgemmPlan;

@@ -13,6 +13,11 @@
 // fma's round. Both C columns of a thread (lanes 2q, 2q + 1) lie in the same 16-element half of
 // the chunk, so they share one signed scale, taken from the row's 16 scale bytes by two shifts;
 // their offset shares use scale bytes 4q .. 4q+3, the same word q of the row's scales.
+//
+// kTiled (route llamacpp from 8 tokens on): the same integers, rounded as llama.cpp's tiled K-quant
+// matmul does. The eight lanes' integers of a super-block add up (exactly: two per thread, then
+// across the four threads of a quad) to the slab's s1, and out = out + (float(s1) * d) * y.d once per
+// super-block; acc[t][r][0] holds `out`, identical in the quad.
 #include <cuda_runtime.h>
 
 #include "cuda/q5k_lanes_math.cuh"
@@ -37,6 +42,7 @@ struct Q6Smem : LaneRuns {
   }
 };
 
+template <bool kTiled>
 struct Q6Stream {
   static constexpr int kItemBytes = stream::kQ6ItemBytes;
   struct Item {
@@ -146,22 +152,58 @@ struct Q6Stream {
           isum[t][1][1] += s[1] * dd[3];
         }
       }
+      if constexpr (kTiled) {
 #pragma unroll
-      for (int t = 0; t < TT; ++t)
+        for (int t = 0; t < TT; ++t)
 #pragma unroll
-        for (int r = 0; r < 2; ++r)
+          for (int r = 0; r < 2; ++r) {
+            int s1 = isum[t][r][0] + isum[t][r][1];
+            s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+            s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+            const float d = f16_scale(it.d >> (16 * r));
+            acc[t][r][0] = __fadd_rn(acc[t][r][0], __fmul_rn(__fmul_rn(__int2float_rn(s1), d), act.yd[sb * TT + t]));
+          }
+      } else {
 #pragma unroll
-          for (int c = 0; c < 2; ++c) acc[t][r][c] = __fmaf_rn(dq[t][r], __int2float_rn(isum[t][r][c]), acc[t][r][c]);
+        for (int t = 0; t < TT; ++t)
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) acc[t][r][c] = __fmaf_rn(dq[t][r], __int2float_rn(isum[t][r][c]), acc[t][r][c]);
+      }
+    }
+
+    __device__ void finish(const HeadParams& p, int tile, int lane, PartialBest (&best)[TT]) {
+      if constexpr (!kTiled) {
+        PlainLanes<TT>::finish(p, tile, lane, best);
+      } else {
+        const int g = lane >> 2, V = p.vocab;
+#pragma unroll
+        for (int t = 0; t < TT; ++t)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int row = tile * kTileRows + g + 8 * r;
+            if (q == 0 && row < V && t < p.tc) {
+              const float biased = add_head_bias(acc[t][r][0], p, row);
+              const float capped = apply_cap(biased, p);
+              p.logits[size_t(p.t0 + t) * V + row] = capped;
+              if (p.raw) p.raw[size_t(p.t0 + t) * V + row] = biased;
+              best[t] = best_merge(best[t], best_single(capped, row));
+            }
+            acc[t][r][0] = acc[t][r][1] = 0.0f;
+          }
+      }
     }
   };
 };
 
 }  // namespace
 
-size_t q6k_stream_smem(int groups, int tokens) { return Q6Stream::smem_bytes(groups, tokens); }
+size_t q6k_stream_smem(int groups, int tokens) { return Q6Stream<false>::smem_bytes(groups, tokens); }
 
-void launch_q6k_stream(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
-  launch_stream<Q6Stream, kStreamMaxTokens>(p, warps, pdl, num_sms, stream);
+void launch_q6k_stream(const HeadParams& p, int warps, bool llamacpp_tiled, bool pdl, int num_sms, cudaStream_t stream) {
+  if (llamacpp_tiled) return launch_stream<Q6Stream<true>, kStreamMaxTokens>(p, warps, pdl, num_sms, stream);
+  launch_stream<Q6Stream<false>, kStreamMaxTokens>(p, warps, pdl, num_sms, stream);
 }
 
 }  // namespace lmhead::cuda
