@@ -1,7 +1,7 @@
 // lmhead against llama.cpp itself, end to end: tests/data/llamacpp/ holds tiny heads, the hidden
 // states that entered llama.cpp's final norm and llama.cpp's logits (its README says how they were
 // made, and with which llama.cpp). Every public set (Q4_K, Q5_K, Q6_K, Q8_0, F16 at T = 1, 4, 8, 16):
-// - route llamacpp: llama.cpp's bytes on every set, through the API (scalar, cpu) and the CLI
+// - route llamacpp: llama.cpp's bytes on every set, through the API (scalar, cpu, cuda) and the CLI
 //   (shards and longer rows: llamacpp_route_test.cpp);
 // - the default route: llama.cpp's bytes exactly where llama.cpp's path has vec_dot's order
 //   (RunResult::reproduces_llamacpp), and measurably not llama.cpp's bytes elsewhere, so the docs'
