@@ -341,9 +341,9 @@ int main(int argc, char** argv) {
       add("staged", false, {{1, 2, HeadKernel::q5k_lanes}, {1, 16, HeadKernel::q5k_mma, 12}});
       add("n8", false, {{3, 16, HeadKernel::q5k_stream_n, 8}});
       add("n16", false, {{3, 16, HeadKernel::q5k_stream_n, 16}});
-      add("n12 from T=2", false, {{2, 2, HeadKernel::q5k_stream_n, 12}});
-      // What holding only the sub-blocks stream layout would cost (one Q5_K stream copy, not two).
-      add("n12 from T=1", false, {{1, 2, HeadKernel::q5k_stream_n, 12}});
+      // The plan of a backend holding both Q5_K stream layouts (EngineOptions::cuda_second_layout):
+      // its gain over the default's one copy at T <= 2 (the lanes layout is uploaded by its first call).
+      add("two layouts", false, {{1, 1, HeadKernel::q5k_stream, 16}, {2, 2, HeadKernel::q5k_tma, 16}});
       add("regs16x2", false, {{1, 2, HeadKernel::q5k_stream, 16}});
       add("regs12x3", false, {{1, 2, HeadKernel::q5k_stream, 12}});
       add("tma16x4", false, {{1, 2, HeadKernel::q5k_tma, 16}});

@@ -439,8 +439,10 @@ TEST(CudaBackend, ArgmaxOnlyCallsWaitOnTheDoneFlag) {
   }
 }
 
-// One copy of the head in each layout its plans read: a Q5_K head holds its two stream layouts; the
-// file's rows come with the first call whose plan reads them (the f32 route's generic kernel).
+// One copy of the head by default: a Q5_K head holds its sub-blocks stream layout, whose kernel
+// runs every T; the file's rows come with the first call whose plan reads them (the f32 route's
+// generic kernel). With HeadView::cuda_second_layout it holds the lanes layout too, and 1- and
+// 2-token calls take the kernels that read it; the bytes are the same either way.
 TEST(CudaBackend, HeadCopiesFollowThePlans) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(seed_of_this_run() + 16);
@@ -448,15 +450,25 @@ TEST(CudaBackend, HeadCopiesFollowThePlans) {
   const RandomHead head = random_head(TensorType::Q5_K, V, H, rng);
   auto scalar = make_scalar_backend(head.view);
   auto gpu = make_cuda_backend(head.view, 1);
+  HeadView both_view = head.view;
+  both_view.cuda_second_layout = true;
+  auto both = make_cuda_backend(both_view, 1);
   const cuda::DeviceLayout layout = cuda::device_layout(TensorType::Q5_K, H);
-  const uint64_t stream_bytes = 2 * cuda::stream::bytes(V, layout.groups);
+  const uint64_t stream_bytes = cuda::stream::bytes(V, layout.groups);
   EXPECT_EQ(cuda::head_device_bytes(*gpu), stream_bytes);
   EXPECT_EQ(gpu->device_bytes(), stream_bytes);
+  EXPECT_EQ(both->device_bytes(), 2 * stream_bytes);
   ForwardRequest req;
   req.want_logits = true;
   for (int T : {1, 2, 5}) {
     const std::vector<float> hidden = random_hidden(T, H, rng);
-    expect_same(run(*scalar, hidden, T, req), run(*gpu, hidden, T, req), req, "q8 route T=" + std::to_string(T));
+    const ForwardOutput want = run(*scalar, hidden, T, req);
+    expect_same(want, run(*gpu, hidden, T, req), req, "q8 route T=" + std::to_string(T));
+    EXPECT_EQ(cuda::last_call(*gpu).kernel, cuda::HeadKernel::q5k_stream_n);
+    expect_same(want, run(*both, hidden, T, req), req, "q8 route, two layouts, T=" + std::to_string(T));
+    EXPECT_EQ(cuda::last_call(*both).kernel, T == 1   ? cuda::HeadKernel::q5k_stream
+                                             : T == 2 ? cuda::HeadKernel::q5k_tma
+                                                      : cuda::HeadKernel::q5k_stream_n);
   }
   EXPECT_EQ(cuda::head_device_bytes(*gpu), stream_bytes);
   ForwardRequest f32 = req;
@@ -465,6 +477,12 @@ TEST(CudaBackend, HeadCopiesFollowThePlans) {
   expect_same(run(*scalar, hidden, 3, f32), run(*gpu, hidden, 3, f32), f32, "f32 route");
   EXPECT_EQ(cuda::last_call(*gpu).kernel, cuda::HeadKernel::generic);
   EXPECT_EQ(cuda::head_device_bytes(*gpu), stream_bytes + uint64_t(V) * uint64_t(layout.row_stride) + 256);
+  // A forced kernel of the other layout uploads it on demand.
+  cuda::set_tuning(*gpu, cuda::force_kernel(cuda::HeadKernel::q5k_stream));
+  const std::vector<float> one = random_hidden(1, H, rng);
+  expect_same(run(*scalar, one, 1, req), run(*gpu, one, 1, req), req, "forced q5k_stream");
+  EXPECT_EQ(cuda::last_call(*gpu).kernel, cuda::HeadKernel::q5k_stream);
+  EXPECT_EQ(cuda::head_device_bytes(*gpu), 2 * stream_bytes + uint64_t(V) * uint64_t(layout.row_stride) + 256);
 }
 
 TEST(CudaBackend, BatchInvariance) {

@@ -84,6 +84,18 @@ TEST(CudaPlan, OtherTypesAndOverrides) {
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 3, all, tma).kernel, HeadKernel::q5k_stream_n);
 }
 
+// One copy of a Q5_K head by default (the sub-blocks split): tokens in N at every T. A forced row
+// may still ask for the lanes split, which the backend then uploads on demand.
+TEST(CudaPlan, Q5KWithOneCopy) {
+  cuda::PlanDevice one = device(6656, kRows | cuda::copy_bit(HeadCopy::subblocks));
+  for (int T : {1, 2, 3, 16}) EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, T, one).kernel, HeadKernel::q5k_stream_n) << T;
+  const cuda::PlanRow regs[] = {{1, 2, HeadKernel::q5k_stream, 16}};
+  EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 1, one, regs).kernel, HeadKernel::q5k_stream_n);
+  one.on_demand = cuda::copy_bit(HeadCopy::lanes);
+  EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 1, one).kernel, HeadKernel::q5k_stream_n);  // tables: held copies only
+  EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 1, one, regs).kernel, HeadKernel::q5k_stream);
+}
+
 // Route llamacpp: where llama.cpp's path has vec_dot's order the default tables answer; elsewhere
 // the path's own kernel, whatever override rows say (they tune the default route only).
 TEST(CudaPlan, LlamaCppRouteTakesThePathsKernel) {

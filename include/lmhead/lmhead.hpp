@@ -168,6 +168,11 @@ struct EngineOptions {
   int nccl_rank = 0;
   int nccl_ranks = 0;
   std::string nccl_id_file{};
+  // cuda, Q5_K heads: also hold the head's second stream layout on each GPU (the head's bytes
+  // once more) so that 1- and 2-token calls take their faster kernels; by default each GPU holds
+  // one copy, in the layout every token count can read (docs/cuda.md, "Device layouts"; the
+  // measured gain: docs/performance.md). Other head types hold one copy either way.
+  bool cuda_second_layout = false;
 };
 
 // Choosing the token by seeded sampling (numerics.md §9), applied to the capped logits in vLLM's

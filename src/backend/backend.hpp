@@ -27,6 +27,8 @@ struct HeadView {
   float eps = 1e-5f;
   float logit_scale = 1.0f;
   float softcap = 0.0f;              // 0: scale only
+  // How a cuda backend holds the head (EngineOptions::cuda_second_layout), not what it computes.
+  bool cuda_second_layout = false;
 };
 
 // The head of an opened model as the backends see it (pointers into the model's mapping).

@@ -45,6 +45,7 @@ EngineOptions BackendOptions::engine_options() const {
   o.nccl_rank = nccl_rank;
   o.nccl_ranks = nccl_ranks;
   o.nccl_id_file = nccl_id;
+  o.cuda_second_layout = cuda_second_layout;
   return o;
 }
 
@@ -180,6 +181,8 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
   cmd.add_option("--nccl-ranks", o.nccl_ranks, "one process per GPU: how many ranks (processes) share the head")
       ->check(CLI::Range(0, 4096));
   cmd.add_option("--nccl-id", o.nccl_id, "one process per GPU: FILE where rank 0 writes NCCL's unique id (fresh per launch)");
+  cmd.add_flag("--cuda-second-layout", o.cuda_second_layout,
+               "cuda, Q5_K: hold a second copy of the head on each GPU for faster 1- and 2-token calls");
 }
 
 namespace {

@@ -44,6 +44,7 @@ struct BackendOptions {
   int shards = 0;
   int nccl_rank = 0, nccl_ranks = 0;
   std::string nccl_id;
+  bool cuda_second_layout = false;
   EngineOptions engine_options() const;
 };
 void add_backend_options(CLI::App& cmd, BackendOptions& o);

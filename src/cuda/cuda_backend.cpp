@@ -273,6 +273,7 @@ class CudaBackend final : public Backend {
     d.groups = head_copies_->layout().groups;
     d.smem_optin = size_t(smem_optin_);
     d.copies = head_copies_->copies();
+    d.on_demand = head_copies_->on_demand();
     return d;
   }
 

@@ -34,9 +34,20 @@ std::vector<DeviceHead::StreamCopy> DeviceHead::stream_copies() {
   }
 }
 
+DeviceHead::StreamCopy* DeviceHead::find(HeadCopy c, std::vector<StreamCopy>& copies) {
+  DeviceArray<uint8_t>* target = c == HeadCopy::lanes ? &lanes_ : c == HeadCopy::subblocks ? &subblocks_ : nullptr;
+  for (StreamCopy& s : copies)
+    if (s.target == target) return &s;
+  return nullptr;
+}
+
 DeviceHead::DeviceHead(const HeadView& head, cudaStream_t stream)
     : head_(head), stream_(stream), layout_(device_layout(head.type, head.hidden)) {
-  const std::vector<StreamCopy> copies = stream_copies();
+  std::vector<StreamCopy> copies = stream_copies();
+  // Q5_K: the sub-blocks split alone unless asked for both (measured: docs/performance.md, "One
+  // copy of the head").
+  if (head.type == TensorType::Q5_K && !head.cuda_second_layout)
+    copies.erase(copies.begin() + (find(HeadCopy::lanes, copies) - copies.data()));
   uint64_t stream_total = 0;
   for (const StreamCopy& c : copies) stream_total += c.bytes;
   size_t free_bytes = 0, total_bytes = 0;
@@ -52,7 +63,17 @@ uint64_t DeviceHead::working_bytes() const {
 }
 
 void DeviceHead::ensure(HeadCopy c) {
-  if (c == HeadCopy::rows && rows_.size() == 0) upload_rows();
+  if (c == HeadCopy::rows) {
+    if (rows_.size() == 0) upload_rows();
+    return;
+  }
+  if ((copies() & copy_bit(c)) != 0) return;
+  std::vector<StreamCopy> all = stream_copies();
+  StreamCopy* s = find(c, all);
+  if (s == nullptr) throw Error("no stream layout of this kind for a " + std::string(tensor_type_name(head_.type)) + " head");
+  check_fits(s->bytes, "a second stream layout");
+  upload_stream({*s});
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the staging buffers of the upload die here
 }
 
 unsigned DeviceHead::copies() const {
@@ -60,6 +81,23 @@ unsigned DeviceHead::copies() const {
   if (lanes_.size() > 0) c |= copy_bit(HeadCopy::lanes);
   if (subblocks_.size() > 0) c |= copy_bit(HeadCopy::subblocks);
   return c;
+}
+
+unsigned DeviceHead::on_demand() const {
+  // Only next to another stream layout: a device without room for one holds the file's rows.
+  if (lanes_.size() == 0 && subblocks_.size() == 0) return 0;
+  unsigned c = 0;
+  for (StreamCopy& s : const_cast<DeviceHead*>(this)->stream_copies())
+    if (s.target->size() == 0) c |= copy_bit(s.target == &lanes_ ? HeadCopy::lanes : HeadCopy::subblocks);
+  return c;
+}
+
+void DeviceHead::check_fits(uint64_t bytes, const char* what) const {
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (bytes + working_bytes() > free_bytes)
+    throw Error("the " + std::string(tensor_type_name(head_.type)) + " head's " + what + " does not fit on the GPU: " +
+                std::to_string(bytes) + " bytes + working buffers, " + std::to_string(free_bytes) + " bytes free");
 }
 
 void DeviceHead::report_progress(int64_t done, int& last_pct, const char* what) const {

@@ -1,9 +1,10 @@
 #pragma once
-// The head's copies on one device (docs/cuda.md, "Device layouts"): the stream layouts its plans
-// read when the device has room for them (Q5_K: lanes and sub-blocks splits; Q4_K, Q6_K and Q8_0
-// with hidden a multiple of 256: one each), else the file's rows. Next to the stream layouts the
-// file's rows are uploaded only by the first call whose plan reads them (the float routes, a forced
-// staged or generic kernel), so a serving engine keeps that memory for its KV cache.
+// The head's copies on one device (docs/cuda.md, "Device layouts"): one stream layout its plans
+// read when the device has room for it (Q5_K: the sub-blocks split, which every token count's
+// kernel reads, plus the lanes split only with HeadView::cuda_second_layout; Q4_K, Q6_K and Q8_0
+// with hidden a multiple of 256: their one layout), else the file's rows. Other copies are uploaded
+// only by the first call whose plan reads them (the file's rows for the float routes; a forced
+// kernel of another layout), so a serving engine keeps that memory for its KV cache.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,7 +27,9 @@ class DeviceHead {
   const DeviceLayout& layout() const { return layout_; }
   // copy_bit()s of the copies a plan may read: those held, and the file's rows (uploaded on demand).
   unsigned copies() const;
-  // Uploads the copy `c` if it is not held yet (only the file's rows can be missing).
+  // copy_bit()s of stream copies not held that a forced plan row may still ask for (uploaded on demand).
+  unsigned on_demand() const;
+  // Uploads the copy `c` if it is not held yet.
   void ensure(HeadCopy c);
   uint64_t bytes() const { return rows_.bytes() + aux_.bytes() + lanes_.bytes() + subblocks_.bytes(); }
 
@@ -44,12 +47,14 @@ class DeviceHead {
     void (*transcode)(const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst);
   };
   std::vector<StreamCopy> stream_copies();
+  StreamCopy* find(HeadCopy c, std::vector<StreamCopy>& copies);
   uint64_t working_bytes() const;
   int64_t rows_per_chunk() const;
   void report_progress(int64_t done, int& last_pct, const char* what) const;
   void upload_rows();
   void upload_stream(const std::vector<StreamCopy>& copies);
   void upload(void* dst, const void* src, size_t bytes);
+  void check_fits(uint64_t bytes, const char* what) const;
 
   HeadView head_;
   cudaStream_t stream_;

@@ -67,11 +67,11 @@ size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens) {
 
 namespace {
 
-bool can_run(const PlanRow& r, int tokens, const PlanDevice& d) {
+bool can_run(const PlanRow& r, int tokens, const PlanDevice& d, bool override_row) {
   const KernelDesc& k = desc(r.kernel);
   if (tokens < r.min_tokens || tokens > r.max_tokens) return false;
   if (tokens > k.max_tokens && !k.passes) return false;
-  if ((d.copies & copy_bit(k.reads)) == 0) return false;
+  if (((d.copies | (override_row ? d.on_demand : 0u)) & copy_bit(k.reads)) == 0) return false;
   const int warps = r.warps != 0 ? r.warps : k.warps[0];
   // The staged kernels' lanes variant takes its activations next to the MMA kernel's stages.
   if (r.kernel == HeadKernel::q5k_lanes && plan_smem(HeadKernel::q5k_mma, 12, d.groups, tokens) + 8192 > d.smem_optin)
@@ -86,12 +86,13 @@ Plan choose(TensorType type, PlanRoute route, int tokens, const PlanDevice& devi
   const std::span<const PlanRow> own = plan_table(type, route);
   const bool q8_or_float = route == PlanRoute::q8 || route == PlanRoute::float_acts;
   auto first_row = [&](int t) -> Plan {
-    for (std::span<const PlanRow> table : {q8_or_float ? override_rows : std::span<const PlanRow>{}, own})
+    const std::span<const PlanRow> overrides = q8_or_float ? override_rows : std::span<const PlanRow>{};
+    for (std::span<const PlanRow> table : {overrides, own})
       for (const PlanRow& r : table) {
         if (q8_or_float && (!kernel_reads_type(r.kernel, type) ||
                             (route == PlanRoute::float_acts && r.kernel != HeadKernel::generic)))
           continue;
-        if (can_run(r, t, device)) {
+        if (can_run(r, t, device, table.data() == overrides.data() && !overrides.empty())) {
           const int warps = r.warps != 0 ? r.warps : desc(r.kernel).warps[0];
           return Plan{r.kernel, warps, warps};
         }

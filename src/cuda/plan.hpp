@@ -120,9 +120,10 @@ struct PlanRow {
   int warps = 0;
 };
 
-// Q5_K, q8 route. T = 1 in registers, T = 2 through the TMA ring, T >= 3 tokens in N; the
-// staged kernels on the file's rows only where the stream copies are not held. Figures:
-// docs/performance.md (CUDA attempts 7, 10-12, 24).
+// Q5_K, q8 route. With both stream copies held (EngineOptions::cuda_second_layout): T = 1 in
+// registers, T = 2 through the TMA ring, T >= 3 tokens in N; with the sub-blocks copy alone (the
+// default), tokens in N at every T; the staged kernels on the file's rows only where no stream copy
+// is held. Figures: docs/performance.md (CUDA attempts 7, 10-12, 24; "One copy of the head").
 constexpr PlanRow kQ5KPlan[] = {
     {1, 1, HeadKernel::q5k_stream, 16},  {2, 2, HeadKernel::q5k_tma, 16},   {1, 2, HeadKernel::q5k_stream, 16},
     {1, 16, HeadKernel::q5k_stream_n, 12}, {1, 2, HeadKernel::q5k_lanes, 0}, {1, 16, HeadKernel::q5k_mma, 12},
@@ -174,6 +175,7 @@ struct PlanDevice {
   int groups = 0;          // device-layout groups per row
   size_t smem_optin = 0;   // dynamic shared memory a block may opt in to
   unsigned copies = copy_bit(HeadCopy::rows);  // copy_bit()s of the copies held
+  unsigned on_demand = 0;  // copies not held that an override row may still read (uploaded first)
 };
 
 struct Plan {
@@ -190,7 +192,7 @@ struct Plan {
 size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens);
 
 // The first row of `override_rows`, then of the table of the type and route, that covers `tokens`,
-// reads a held copy and fits in shared memory (with 8 KiB to spare for the kernel's static shared
+// reads a held copy (an override row: or one uploaded on demand) and fits in shared memory (with 8 KiB to spare for the kernel's static shared
 // memory). Override rows apply to the q8 and float routes only (llama.cpp's orders have one kernel
 // each). CUDA builds only (it asks the kernels' shared-memory sizes).
 Plan choose(TensorType type, PlanRoute route, int tokens, const PlanDevice& device,

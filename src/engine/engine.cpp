@@ -65,7 +65,8 @@ bool parse(std::string_view s, BackendKind& v) { return parse_name(kBackendNames
 
 Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options) : model_(std::move(model)) {
   if (!model_) throw Error("Engine needs a model");
-  const HeadView head = head_view(*model_);
+  HeadView head = head_view(*model_);
+  head.cuda_second_layout = options.cuda_second_layout;
   if (options.backend != BackendKind::cuda) {
     // A head that cannot be resident is refused with the numbers, not paged from disk every token.
     const HeadConfig& c = model_->config();
