@@ -58,7 +58,7 @@ float kquant_dot(const uint8_t* unpacked, const uint8_t* act, int64_t nb) {
       const Q8K y = q8k_at(act, i);
       int32_t s1 = 0;
       for (int s = 0; s < 16; ++s) s1 += scales[16 * i + s] * byte_dot_avx2(levels + 256 * i + 16 * s, y.qs + 16 * s, 16);
-      out = out + (float(s1) * d[i]) * y.d;
+      out = std::fma(float(s1) * d[i], y.d, out);
     }
     return out;
   } else if constexpr (Path == LlamaCppPath::tiled_kquant) {
@@ -70,7 +70,7 @@ float kquant_dot(const uint8_t* unpacked, const uint8_t* act, int64_t nb) {
         s1 += scales[16 * i + j] * byte_dot_avx2(levels + 256 * i + 32 * j, y.qs + 32 * j, 32);
         s2 += mins[8 * i + j] * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
       }
-      out = out + std::fma(-dmin[i], float(s2), float(s1) * d[i]) * y.d;
+      out = std::fma(std::fma(-dmin[i], float(s2), float(s1) * d[i]), y.d, out);
     }
     return out;
   } else {

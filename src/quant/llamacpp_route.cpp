@@ -129,8 +129,12 @@ float reduce16(const float a[16]) {
 // Tiled K-quant matmul, AVX-512 VNNI microkernel (tiled-kernel.cpp), per 256-element slab: the
 // slab's integer sums are exact (s1 = sum over sub-blocks of scale * (codes . q8), Q6_K's 32-offset
 // taken off per sub-block through the bsums; s2 = sum of min * bsums), converted once, scaled by the
-// row's d (and its dmin by one fused negative multiply-add), multiplied by the token's d, and added
-// to the output: out = out + ((float(s1) * d  [- dmin * float(s2)]) * y.d), slab after slab.
+// row's d (and its dmin by one fused negative multiply-add), and accumulated slab after slab as
+// out = fma(r, y.d, out), r = float(s1) * d [- dmin * float(s2)]. The source writes the accumulate as
+// _mm512_add_ps(load, _mm512_mul_ps(r, y.d)), but GCC contracts it (ggml is built -std=gnu++17, so
+// -ffp-contract=fast): the 0c1e570 build's libggml-cpu.so has one vfmadd213ps from memory per row in
+// every tiled_run_micro_vnni_8x16 instance, and ggml_mul_mat at 2 and 4 slabs agrees only with the
+// fused form (numerics.md, "The llama.cpp route"). On one slab both forms round r * y.d once.
 float dot_tiled_q4_q5(TensorType type, const void* row, const block_q8_K* y, int64_t nb) {
   float out = 0;
   for (int64_t i = 0; i < nb; ++i) {
@@ -157,7 +161,7 @@ float dot_tiled_q4_q5(TensorType type, const void* row, const block_q8_K* y, int
       s2 += int32_t(m) * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
     }
     const float r = std::fma(-f16_to_f32(dminh), float(s2), float(s1) * f16_to_f32(dh));
-    out = out + r * y[i].d;
+    out = std::fma(r, y[i].d, out);
   }
   return out;
 }
@@ -171,7 +175,7 @@ float dot_tiled_q6(const block_q6_K* x, const block_q8_K* y, int64_t nb) {
       for (int e = 16 * s; e < 16 * s + 16; ++e) raw += q6k_level(x[i], e) * y[i].qs[e];
       s1 += int32_t(x[i].scales[s]) * raw;
     }
-    out = out + (float(s1) * f16_to_f32(x[i].d)) * y[i].d;
+    out = std::fma(float(s1) * f16_to_f32(x[i].d), y[i].d, out);
   }
   return out;
 }
@@ -417,7 +421,7 @@ float llamacpp_dot_unpacked(LlamaCppPath path, TensorType type, const void* unpa
     for (int64_t i = 0; i < nb; ++i) {
       int32_t s1 = 0;
       for (int s = 0; s < 16; ++s) s1 += u.scales[16 * i + s] * byte_dot(u.levels + 256 * i + 16 * s, y[i].qs + 16 * s, 16);
-      out = out + (float(s1) * u.d[i]) * y[i].d;
+      out = std::fma(float(s1) * u.d[i], y[i].d, out);
     }
     return out;
   }
@@ -429,7 +433,7 @@ float llamacpp_dot_unpacked(LlamaCppPath path, TensorType type, const void* unpa
         s1 += u.scales[16 * i + j] * byte_dot(u.levels + 256 * i + 32 * j, y[i].qs + 32 * j, 32);
         s2 += u.mins[8 * i + j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
       }
-      out = out + std::fma(-u.dmin[i], float(s2), float(s1) * u.d[i]) * y[i].d;
+      out = std::fma(std::fma(-u.dmin[i], float(s2), float(s1) * u.d[i]), y[i].d, out);
     }
     return out;
   }
