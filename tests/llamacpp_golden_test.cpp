@@ -1,6 +1,6 @@
 // lmhead against llama.cpp itself, end to end: tests/data/llamacpp/ holds tiny heads, the hidden
 // states that entered llama.cpp's final norm and llama.cpp's logits (its README says how they were
-// made, and with which llama.cpp). Every public set (Q4_K, Q5_K, Q6_K, Q8_0, F16 at T = 1, 4, 8, 16):
+// made, and with which llama.cpp). Every public set (Q4_K, Q5_K, Q6_K, Q8_0, F16, BF16, F32 at T = 1, 4, 8, 16):
 // - route llamacpp: llama.cpp's bytes on every set, through the API (scalar, cpu, cuda) and the CLI
 //   (shards and longer rows: llamacpp_route_test.cpp);
 // - the default route: llama.cpp's bytes exactly where llama.cpp's path has vec_dot's order
@@ -57,7 +57,8 @@ RunResult run(const Golden& g, int tokens, BackendKind backend, Route route) {
 
 const Case kSets[] = {{"q4_K", 1}, {"q4_K", 4}, {"q4_K", 8}, {"q4_K", 16}, {"q5_K", 1}, {"q5_K", 4}, {"q5_K", 8},
                       {"q5_K", 16}, {"q6_K", 1}, {"q6_K", 4}, {"q6_K", 8}, {"q6_K", 16}, {"q8_0", 1}, {"q8_0", 4},
-                      {"q8_0", 8}, {"q8_0", 16}, {"f16", 1}, {"f16", 4}, {"f16", 8}, {"f16", 16}};
+                      {"q8_0", 8}, {"q8_0", 16}, {"f16", 1}, {"f16", 4}, {"f16", 8}, {"f16", 16}, {"bf16", 1},
+                      {"bf16", 4}, {"bf16", 8}, {"bf16", 16}, {"f32", 1}, {"f32", 4}, {"f32", 8}, {"f32", 16}};
 
 std::string case_name(const Case& c) { return std::string(c.type) + "_t" + std::to_string(c.tokens); }
 
@@ -121,6 +122,10 @@ TEST(LlamaCppRoutePaths, NamedPerHeadTypeAndTokenCount) {
   EXPECT_EQ(path("q8_0", 2), "llamafile_sgemm_q8_0");
   EXPECT_EQ(path("f16", 1), "vec_dot_f16");
   EXPECT_EQ(path("f16", 2), "llamafile_sgemm_f16");
+  EXPECT_EQ(path("bf16", 1), "vec_dot_bf16");
+  EXPECT_EQ(path("bf16", 2), "llamafile_sgemm_bf16");
+  EXPECT_EQ(path("f32", 1), "vec_dot_f32");
+  EXPECT_EQ(path("f32", 2), "llamafile_sgemm_f32");
 }
 
 TEST(LlamaCppRoutePaths, RefusesF32Activations) {
