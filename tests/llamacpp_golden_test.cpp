@@ -69,6 +69,11 @@ TEST_P(LlamaCppRoute, LogitsAreLlamaCppBytes) {
   std::string why;
   if (std::get<1>(GetParam()) == BackendKind::cuda && !cuda_available(&why)) GTEST_SKIP() << "no usable GPU: " << why;
   const Golden g = load(c);
+  const std::string path = llamacpp_path(g.model->config(), c.tokens);
+  if (std::get<1>(GetParam()) == BackendKind::cuda && cuda_lacks_llamacpp_path(path)) {
+    EXPECT_TRUE(refused_naming([&] { run(g, c.tokens, BackendKind::cuda, Route::llamacpp); }, path));
+    return;
+  }
   const RunResult r = run(g, c.tokens, std::get<1>(GetParam()), Route::llamacpp);
   EXPECT_TRUE(r.reproduces_llamacpp);
   EXPECT_TRUE(same_bytes(r.logits, g.want.values)) << c.type << " at T = " << c.tokens << " (" << r.llamacpp_path << ")";
@@ -137,25 +142,17 @@ TEST(LlamaCppRoutePaths, RefusesF32Activations) {
   EXPECT_THROW(engine.run(g.hidden.values, 1, opts), Error);
 }
 
-// A path no backend reproduces is refused by name, not answered with another order's bytes.
-TEST(LlamaCppRoutePaths, UnsupportedHeadTypeRefusedByName) {
-  TempDir dir;
-  const std::string m = dir.file("h.gguf");
-  ASSERT_EQ(run_command(cli() + " make " + m + " --vocab 64 --hidden 256 --type bf16 --seed 3").status, 0);
-  auto model = Model::open(m);
-  if (llamacpp_path(model->config(), 1) != "unsupported") GTEST_SKIP() << "BF16 heads have a llama.cpp path now";
-  for (BackendKind kind : {BackendKind::scalar, BackendKind::cuda}) {
-    std::string why;
-    if (kind == BackendKind::cuda && !cuda_available(&why)) continue;
-    Engine engine(model, {.backend = kind});
-    RunOptions opts;
-    opts.route = Route::llamacpp;
-    const std::vector<float> h(256, 0.5f);
-    try {
-      engine.run(h, 1, opts);
-      ADD_FAILURE() << to_string(kind) << " ran route llamacpp on a BF16 head";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("BF16"), std::string::npos) << e.what();
+// A path the cuda backend does not compute (BF16 and F32 heads) is refused by name, not answered
+// with another order's bytes.
+TEST(LlamaCppRoutePaths, CudaRefusesThePathsItLacksByName) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "no usable GPU: " << why;
+  for (const char* type : {"bf16", "f32"}) {
+    const Golden g = load({type, 4});
+    for (int T : {1, 4}) {
+      const std::string path = llamacpp_path(g.model->config(), T);
+      ASSERT_TRUE(cuda_lacks_llamacpp_path(path)) << path;
+      EXPECT_TRUE(refused_naming([&] { run(g, T, BackendKind::cuda, Route::llamacpp); }, path)) << type;
     }
   }
 }
