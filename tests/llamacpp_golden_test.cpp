@@ -1,6 +1,6 @@
 // lmhead against llama.cpp itself, end to end: tests/data/llamacpp/ holds tiny heads, the hidden
 // states that entered llama.cpp's final norm and llama.cpp's logits (its README says how they were
-// made, and with which llama.cpp). Every public set (Q4_K, Q5_K, Q6_K, Q8_0, F16 at T = 1, 4, 8, 16):
+// made, and with which llama.cpp). Every public set (Q4_K, Q5_K, Q6_K, Q8_0, F16, BF16, F32 at T = 1, 4, 8, 16):
 // - route llamacpp: llama.cpp's bytes on every set, through the API (scalar, cpu, cuda) and the CLI
 //   (shards and longer rows: llamacpp_route_test.cpp);
 // - the default route: llama.cpp's bytes exactly where llama.cpp's path has vec_dot's order
@@ -57,7 +57,8 @@ RunResult run(const Golden& g, int tokens, BackendKind backend, Route route) {
 
 const Case kSets[] = {{"q4_K", 1}, {"q4_K", 4}, {"q4_K", 8}, {"q4_K", 16}, {"q5_K", 1}, {"q5_K", 4}, {"q5_K", 8},
                       {"q5_K", 16}, {"q6_K", 1}, {"q6_K", 4}, {"q6_K", 8}, {"q6_K", 16}, {"q8_0", 1}, {"q8_0", 4},
-                      {"q8_0", 8}, {"q8_0", 16}, {"f16", 1}, {"f16", 4}, {"f16", 8}, {"f16", 16}};
+                      {"q8_0", 8}, {"q8_0", 16}, {"f16", 1}, {"f16", 4}, {"f16", 8}, {"f16", 16}, {"bf16", 1},
+                      {"bf16", 4}, {"bf16", 8}, {"bf16", 16}, {"f32", 1}, {"f32", 4}, {"f32", 8}, {"f32", 16}};
 
 std::string case_name(const Case& c) { return std::string(c.type) + "_t" + std::to_string(c.tokens); }
 
@@ -68,6 +69,11 @@ TEST_P(LlamaCppRoute, LogitsAreLlamaCppBytes) {
   std::string why;
   if (std::get<1>(GetParam()) == BackendKind::cuda && !cuda_available(&why)) GTEST_SKIP() << "no usable GPU: " << why;
   const Golden g = load(c);
+  const std::string path = llamacpp_path(g.model->config(), c.tokens);
+  if (std::get<1>(GetParam()) == BackendKind::cuda && cuda_lacks_llamacpp_path(path)) {
+    EXPECT_TRUE(refused_naming([&] { run(g, c.tokens, BackendKind::cuda, Route::llamacpp); }, path));
+    return;
+  }
   const RunResult r = run(g, c.tokens, std::get<1>(GetParam()), Route::llamacpp);
   EXPECT_TRUE(r.reproduces_llamacpp);
   EXPECT_TRUE(same_bytes(r.logits, g.want.values)) << c.type << " at T = " << c.tokens << " (" << r.llamacpp_path << ")";
@@ -121,6 +127,10 @@ TEST(LlamaCppRoutePaths, NamedPerHeadTypeAndTokenCount) {
   EXPECT_EQ(path("q8_0", 2), "llamafile_sgemm_q8_0");
   EXPECT_EQ(path("f16", 1), "vec_dot_f16");
   EXPECT_EQ(path("f16", 2), "llamafile_sgemm_f16");
+  EXPECT_EQ(path("bf16", 1), "vec_dot_bf16");
+  EXPECT_EQ(path("bf16", 2), "llamafile_sgemm_bf16");
+  EXPECT_EQ(path("f32", 1), "vec_dot_f32");
+  EXPECT_EQ(path("f32", 2), "llamafile_sgemm_f32");
 }
 
 TEST(LlamaCppRoutePaths, RefusesF32Activations) {
@@ -132,25 +142,17 @@ TEST(LlamaCppRoutePaths, RefusesF32Activations) {
   EXPECT_THROW(engine.run(g.hidden.values, 1, opts), Error);
 }
 
-// A path no backend reproduces is refused by name, not answered with another order's bytes.
-TEST(LlamaCppRoutePaths, UnsupportedHeadTypeRefusedByName) {
-  TempDir dir;
-  const std::string m = dir.file("h.gguf");
-  ASSERT_EQ(run_command(cli() + " make " + m + " --vocab 64 --hidden 256 --type bf16 --seed 3").status, 0);
-  auto model = Model::open(m);
-  if (llamacpp_path(model->config(), 1) != "unsupported") GTEST_SKIP() << "BF16 heads have a llama.cpp path now";
-  for (BackendKind kind : {BackendKind::scalar, BackendKind::cuda}) {
-    std::string why;
-    if (kind == BackendKind::cuda && !cuda_available(&why)) continue;
-    Engine engine(model, {.backend = kind});
-    RunOptions opts;
-    opts.route = Route::llamacpp;
-    const std::vector<float> h(256, 0.5f);
-    try {
-      engine.run(h, 1, opts);
-      ADD_FAILURE() << to_string(kind) << " ran route llamacpp on a BF16 head";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("BF16"), std::string::npos) << e.what();
+// A path the cuda backend does not compute (BF16 and F32 heads) is refused by name, not answered
+// with another order's bytes.
+TEST(LlamaCppRoutePaths, CudaRefusesThePathsItLacksByName) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "no usable GPU: " << why;
+  for (const char* type : {"bf16", "f32"}) {
+    const Golden g = load({type, 4});
+    for (int T : {1, 4}) {
+      const std::string path = llamacpp_path(g.model->config(), T);
+      ASSERT_TRUE(cuda_lacks_llamacpp_path(path)) << path;
+      EXPECT_TRUE(refused_naming([&] { run(g, T, BackendKind::cuda, Route::llamacpp); }, path)) << type;
     }
   }
 }

@@ -1,5 +1,5 @@
 // Route llamacpp beyond the public sets' shape (one super-block per row, 128 rows): heads of 1,024 columns
-// (four super-blocks, 64 F16 sgemm steps), any token count. The cpu backend's kernels (rows
+// (four super-blocks, 64 F16 / F32 sgemm steps, 32 BF16 ones), any token count. The cpu backend's kernels (rows
 // unpacked once per call) must give the scalar backend's bytes, in shards too; and the engine's
 // 16-token passes must not change the path's per-token order: the scalar backend's raw logits are
 // recomputed here token by token from the call's token count (the repacked Q4_K path quantizes and
@@ -40,7 +40,7 @@ TEST_P(LlamaCppRouteShapes, CpuEqualsScalarAndPassesKeepTheCallsOrder) {
   const std::string type = GetParam();
   TempDir dir;
   const std::string m = dir.file("h.gguf");
-  // 1,544 rows: a multiple of 8 (Q4_K repacked) and of 4 (F16 sgemm), split into 3 shards of whole
+  // 1,544 rows: a multiple of 8 (Q4_K repacked) and of 4 (the float sgemms), split into 3 shards of whole
   // 512-row chunks whose last one (520 rows) is neither: the path must stay the whole head's.
   const CommandResult made = run_command(cli() + " make " + m + " --vocab 1544 --hidden 1024 --type " + type + " --seed 5");
   ASSERT_EQ(made.status, 0) << made.output;
@@ -58,6 +58,12 @@ TEST_P(LlamaCppRouteShapes, CpuEqualsScalarAndPassesKeepTheCallsOrder) {
     cuda_sharded = std::make_unique<Engine>(model, EngineOptions{.backend = BackendKind::cuda, .shards = 3});
   }
   for (int T : {1, 2, 4, 7, 8, 13, 21}) {
+    if (gpu && cuda_lacks_llamacpp_path(llamacpp_path(c, T))) {
+      const std::vector<float> h = hidden_states(T, c.hidden, uint64_t(T));
+      RunOptions opts;
+      opts.route = Route::llamacpp;
+      EXPECT_TRUE(refused_naming([&] { cuda->run(h, T, opts); }, llamacpp_path(c, T))) << type << " T = " << T;
+    }
     const std::vector<float> h = hidden_states(T, c.hidden, uint64_t(T));
     RunOptions opts;
     opts.route = Route::llamacpp;
@@ -67,7 +73,7 @@ TEST_P(LlamaCppRouteShapes, CpuEqualsScalarAndPassesKeepTheCallsOrder) {
     EXPECT_EQ(want.llamacpp_path, llamacpp_path(c, T));
     EXPECT_TRUE(same_bytes(cpu.run(h, T, opts).logits, want.logits)) << type << " T = " << T;
     EXPECT_TRUE(same_bytes(sharded.run(h, T, opts).logits, want.logits)) << type << " T = " << T << ", 3 shards";
-    if (gpu) {
+    if (gpu && !cuda_lacks_llamacpp_path(want.llamacpp_path)) {
       const RunResult got = cuda->run(h, T, opts);
       EXPECT_EQ(got.llamacpp_path, want.llamacpp_path);
       EXPECT_TRUE(same_bytes(got.logits, want.logits)) << type << " T = " << T << ", cuda";
@@ -91,7 +97,7 @@ TEST_P(LlamaCppRouteShapes, CpuEqualsScalarAndPassesKeepTheCallsOrder) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadTypes, LlamaCppRouteShapes, ::testing::Values("q4_K", "q5_K", "q6_K", "q8_0", "f16"));
+INSTANTIATE_TEST_SUITE_P(HeadTypes, LlamaCppRouteShapes, ::testing::Values("q4_K", "q5_K", "q6_K", "q8_0", "f16", "bf16", "f32"));
 
 // A Q4_K head whose rows are not a multiple of 8 is not repacked by llama.cpp: vec_dot below 8
 // tokens, the tiled matmul from 8.

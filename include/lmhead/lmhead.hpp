@@ -128,7 +128,8 @@ struct HeadConfig {
 
 // llama.cpp's CPU path (commit 0c1e570, x86 AVX-512 build) for a head at `tokens` tokens per call:
 // "vec_dot", "llamafile_sgemm_q8_0", "tiled_kquant", "repack_q4_K_8x8", "vec_dot_f16",
-// "llamafile_sgemm_f16" or "unsupported"; `why` (optional) gets the reason from llama.cpp's source.
+// "llamafile_sgemm_f16", "vec_dot_bf16", "llamafile_sgemm_bf16", "vec_dot_f32", "llamafile_sgemm_f32"
+// or "unsupported"; `why` (optional) gets the reason from llama.cpp's source.
 std::string llamacpp_path(const HeadConfig& head, int tokens, std::string* why = nullptr);
 
 // A checkpoint's head: the mapped file plus the configuration. Immutable after open, so one

@@ -102,6 +102,18 @@ TileKernel llamacpp_kernel(quant::LlamaCppPath path, TensorType type, Isa limit)
     case P::sgemm_f16:
       if (type != T::F16) return nullptr;
       return simd ? &avx2::llamacpp_rows<P::sgemm_f16, T::F16, false> : &llamacpp_rows<P::sgemm_f16, T::F16>;
+    case P::vec_dot_bf16:
+      if (type != T::BF16) return nullptr;
+      return simd ? &avx2::llamacpp_rows<P::vec_dot_bf16, T::BF16, false> : &llamacpp_rows<P::vec_dot_bf16, T::BF16>;
+    case P::sgemm_bf16:
+      if (type != T::BF16) return nullptr;
+      return simd ? &avx2::llamacpp_rows<P::sgemm_bf16, T::BF16, false> : &llamacpp_rows<P::sgemm_bf16, T::BF16>;
+    case P::vec_dot_f32:
+      if (type != T::F32) return nullptr;
+      return simd ? &avx2::llamacpp_rows<P::vec_dot_f32, T::F32, false> : &llamacpp_rows<P::vec_dot_f32, T::F32>;
+    case P::sgemm_f32:
+      if (type != T::F32) return nullptr;
+      return simd ? &avx2::llamacpp_rows<P::sgemm_f32, T::F32, false> : &llamacpp_rows<P::sgemm_f32, T::F32>;
     case P::unsupported:
       return nullptr;
   }

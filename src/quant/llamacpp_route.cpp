@@ -21,6 +21,10 @@ std::string_view path_name(LlamaCppPath p) {
     case LlamaCppPath::repack_q4_K_8x8: return "repack_q4_K_8x8";
     case LlamaCppPath::vec_dot_f16: return "vec_dot_f16";
     case LlamaCppPath::sgemm_f16: return "llamafile_sgemm_f16";
+    case LlamaCppPath::vec_dot_bf16: return "vec_dot_bf16";
+    case LlamaCppPath::sgemm_bf16: return "llamafile_sgemm_bf16";
+    case LlamaCppPath::vec_dot_f32: return "vec_dot_f32";
+    case LlamaCppPath::sgemm_f32: return "llamafile_sgemm_f32";
     case LlamaCppPath::unsupported: return "unsupported";
   }
   return "unknown";
@@ -60,8 +64,24 @@ LlamaCppPath llamacpp_path(TensorType type, int64_t vocab, int64_t hidden, int t
       }
       say("ggml_vec_dot_f16: llamafile's sgemm declines a single token (or hidden % 16 / rows % 4)");
       return LlamaCppPath::vec_dot_f16;
+    case TensorType::BF16:
+      // The f32 activations are first offered to the sgemm as they are (declined: its BF16 kernel
+      // wants BF16 activations), then converted with ggml_cpu_fp32_to_bf16 and offered again.
+      if (tokens >= 2 && hidden % 32 == 0 && vocab % 4 == 0) {
+        say("llamafile's sgemm (tinyBLAS<32, __m512, __m512bh>, vdpbf16ps) on bf16 activations, from 2 tokens on");
+        return LlamaCppPath::sgemm_bf16;
+      }
+      say("ggml_vec_dot_bf16 (vdpbf16ps): llamafile's sgemm declines a single token (or hidden % 32 / rows % 4)");
+      return LlamaCppPath::vec_dot_bf16;
+    case TensorType::F32:
+      if (tokens >= 2 && hidden % 16 == 0 && vocab % 4 == 0) {
+        say("llamafile's sgemm (tinyBLAS<16, __m512>) on the f32 activations, from 2 tokens on");
+        return LlamaCppPath::sgemm_f32;
+      }
+      say("ggml_vec_dot_f32: llamafile's sgemm declines a single token (or hidden % 16 / rows % 4)");
+      return LlamaCppPath::vec_dot_f32;
     default:
-      say("not reproduced by lmhead yet (BF16: AVX512-BF16 dot-product rounding; F32: not derived)");
+      say("not a head type of llama.cpp's route");
       return LlamaCppPath::unsupported;
   }
 }
@@ -78,10 +98,33 @@ ActivationFormat llamacpp_activation_format(LlamaCppPath path, TensorType type) 
     case LlamaCppPath::vec_dot_f16:
     case LlamaCppPath::sgemm_f16:
       return ActivationFormat::f16;
+    case LlamaCppPath::vec_dot_bf16:
+    case LlamaCppPath::sgemm_bf16:
+      return ActivationFormat::bf16;  // ggml_cpu_fp32_to_bf16: round to nearest even, NaN made quiet
+    case LlamaCppPath::vec_dot_f32:
+    case LlamaCppPath::sgemm_f32:
+      return ActivationFormat::f32;
     case LlamaCppPath::unsupported:
       break;
   }
   throw Error("llama.cpp route: no activation format for path " + std::string(path_name(path)));
+}
+
+float vdpbf16ps_step(float acc, float w, float a) {
+  constexpr float kFltMin = 0x1p-126f;
+  auto daz = [](float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; };
+  acc = daz(acc);
+  w = daz(w);
+  a = daz(a);
+  const float r = std::fma(w, a, acc);
+  const float m = std::fabs(r);
+  if (m < kFltMin) return std::copysign(0.0f, r);  // below FLT_MIN at subnormal precision: tiny either way
+  // fma rounds an exact value in [FLT_MIN - 2^-150, FLT_MIN - 2^-151) up to FLT_MIN at subnormal
+  // precision; rounded to 24 bits it stays below FLT_MIN, so the instruction flushes it. The exact
+  // value in double decides: w * a is exact there, and so is the sum wherever it is this close to
+  // FLT_MIN (acc is zero or at least FLT_MIN after DAZ).
+  if (m == kFltMin && std::fabs(double(acc) + double(w) * double(a)) < 0x1p-126 - 0x1p-151) return std::copysign(0.0f, r);
+  return r;
 }
 
 namespace {
@@ -129,8 +172,12 @@ float reduce16(const float a[16]) {
 // Tiled K-quant matmul, AVX-512 VNNI microkernel (tiled-kernel.cpp), per 256-element slab: the
 // slab's integer sums are exact (s1 = sum over sub-blocks of scale * (codes . q8), Q6_K's 32-offset
 // taken off per sub-block through the bsums; s2 = sum of min * bsums), converted once, scaled by the
-// row's d (and its dmin by one fused negative multiply-add), multiplied by the token's d, and added
-// to the output: out = out + ((float(s1) * d  [- dmin * float(s2)]) * y.d), slab after slab.
+// row's d (and its dmin by one fused negative multiply-add), and accumulated slab after slab as
+// out = fma(r, y.d, out), r = float(s1) * d [- dmin * float(s2)]. The source writes the accumulate as
+// _mm512_add_ps(load, _mm512_mul_ps(r, y.d)), but GCC contracts it (ggml is built -std=gnu++17, so
+// -ffp-contract=fast): the 0c1e570 build's libggml-cpu.so has one vfmadd213ps from memory per row in
+// every tiled_run_micro_vnni_8x16 instance, and ggml_mul_mat at 2 and 4 slabs agrees only with the
+// fused form (numerics.md, "The llama.cpp route"). On one slab both forms round r * y.d once.
 float dot_tiled_q4_q5(TensorType type, const void* row, const block_q8_K* y, int64_t nb) {
   float out = 0;
   for (int64_t i = 0; i < nb; ++i) {
@@ -157,7 +204,7 @@ float dot_tiled_q4_q5(TensorType type, const void* row, const block_q8_K* y, int
       s2 += int32_t(m) * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
     }
     const float r = std::fma(-f16_to_f32(dminh), float(s2), float(s1) * f16_to_f32(dh));
-    out = out + r * y[i].d;
+    out = std::fma(r, y[i].d, out);
   }
   return out;
 }
@@ -171,7 +218,7 @@ float dot_tiled_q6(const block_q6_K* x, const block_q8_K* y, int64_t nb) {
       for (int e = 16 * s; e < 16 * s + 16; ++e) raw += q6k_level(x[i], e) * y[i].qs[e];
       s1 += int32_t(x[i].scales[s]) * raw;
     }
-    out = out + (float(s1) * f16_to_f32(x[i].d)) * y[i].d;
+    out = std::fma(float(s1) * f16_to_f32(x[i].d), y[i].d, out);
   }
   return out;
 }
@@ -207,33 +254,125 @@ float dot_repack_q4(const block_q4_K* x, const block_q8_K* y, int64_t nb, bool g
   return acc - acc_min;
 }
 
-// ggml_vec_dot_f16 in an AVX-512 (no FP16 arithmetic) build: four 16-lane accumulators over
-// 64-element steps (accumulator j, lane l: elements 64s + 16j + l), fused multiply-adds; then
-// s0 + s2, s1 + s3, their sum, reduce16; the tail beyond a multiple of 64 in double, each product
-// rounded to float first.
-float dot_vec_f16(const uint16_t* w, const uint16_t* a, int64_t n) {
+// The float paths, over element accessors (w(e), a(e): the row's and the token's element e as
+// f32, widened exactly), so that the packed rows (llamacpp_dot) and the unpacked ones
+// (llamacpp_dot_unpacked) share one statement of each order.
+
+// ggml_vec_dot_f16 / ggml_vec_dot_f32 in an AVX-512 build (no FP16 arithmetic): four 16-lane
+// accumulators over 64-element steps (accumulator j, lane l: elements 64s + 16j + l), fused
+// multiply-adds; then s0 + s2, s1 + s3, their sum, reduce16. Elements past the last whole step are
+// the callers' (np = n / 64 * 64); with none, the sum is +0.
+template <class W, class A>
+float four_accumulators(W w, A a, int64_t np) {
   float sum[4][16] = {};
-  const int64_t np = n / 64 * 64;
   for (int64_t i = 0; i < np; i += 64)
     for (int j = 0; j < 4; ++j)
-      for (int l = 0; l < 16; ++l) {
-        const int64_t e = i + 16 * j + l;
-        sum[j][l] = std::fma(f16_to_f32(w[e]), f16_to_f32(a[e]), sum[j][l]);
-      }
+      for (int l = 0; l < 16; ++l) sum[j][l] = std::fma(w(i + 16 * j + l), a(i + 16 * j + l), sum[j][l]);
   float r[16];
   for (int l = 0; l < 16; ++l) r[l] = (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]);
-  double total = reduce16(r);
-  for (int64_t e = np; e < n; ++e) total += double(f16_to_f32(w[e]) * f16_to_f32(a[e]));
-  return float(total);
+  return reduce16(r);
 }
 
-// llamafile's tinyBLAS<16, __m512> for F16 x F16: one 16-lane accumulator per output, lane l holding
-// elements 16s + l by fused multiply-add (both operands widened exactly), then reduce16.
-float dot_sgemm_f16(const uint16_t* w, const uint16_t* a, int64_t n) {
+// llamafile's tinyBLAS<16, __m512> (F16 and F32 weights): one 16-lane accumulator per output, lane l
+// holding elements 16s + l by fused multiply-add, then reduce16. The tile shapes only group outputs.
+template <class W, class A>
+float one_accumulator(W w, A a, int64_t n) {
   float acc[16] = {};
   for (int64_t i = 0; i < n; i += 16)
-    for (int l = 0; l < 16; ++l) acc[l] = std::fma(f16_to_f32(w[i + l]), f16_to_f32(a[i + l]), acc[l]);
+    for (int l = 0; l < 16; ++l) acc[l] = std::fma(w(i + l), a(i + l), acc[l]);
   return reduce16(acc);
+}
+
+// One vdpbf16ps lane over the pair (e, e + 1): the odd element first.
+template <class W, class A>
+float dpbf16_pair(float acc, W w, A a, int64_t e) {
+  return vdpbf16ps_step(vdpbf16ps_step(acc, w(e + 1), a(e + 1)), w(e), a(e));
+}
+
+template <class W, class A>
+float float_path_dot(LlamaCppPath path, W w, A a, int64_t n) {
+  switch (path) {
+    case LlamaCppPath::vec_dot_f16: {
+      // ggml_float (double) total; the tail beyond a multiple of 64 adds each f32-rounded product.
+      const int64_t np = n / 64 * 64;
+      double total = four_accumulators(w, a, np);
+      for (int64_t e = np; e < n; ++e) total += double(w(e) * a(e));
+      return float(total);
+    }
+    case LlamaCppPath::vec_dot_f32: {
+      // The sum stays f32. The source's tail `sumf += x[i]*y[i]` is what GCC 12 -O3 made of it in
+      // the 0c1e570 build (libggml-cpu.so): whole groups of 8 (and 16) products vectorized as a
+      // multiply then in-order adds, the last n % 8 elements contracted to fused multiply-adds.
+      const int64_t np = n / 64 * 64, unfused = np + (n - np) / 8 * 8;
+      float sum = four_accumulators(w, a, np);
+      for (int64_t e = np; e < unfused; ++e) sum = sum + w(e) * a(e);
+      for (int64_t e = unfused; e < n; ++e) sum = std::fma(w(e), a(e), sum);
+      return sum;
+    }
+    case LlamaCppPath::sgemm_f16:
+    case LlamaCppPath::sgemm_f32:
+      return one_accumulator(w, a, n);
+    case LlamaCppPath::vec_dot_bf16: {
+      // Two 16-lane vdpbf16ps accumulators over 64-element steps (c1 lane l: pair 64s + 2l, c2 lane
+      // l: pair 64s + 32 + 2l); each reduced by reduce16 and added in double (c1 first), then the
+      // tail's f32 products in double.
+      float c1[16] = {}, c2[16] = {};
+      int64_t i = 0;
+      for (; i + 64 <= n; i += 64)
+        for (int l = 0; l < 16; ++l) {
+          c1[l] = dpbf16_pair(c1[l], w, a, i + 2 * l);
+          c2[l] = dpbf16_pair(c2[l], w, a, i + 32 + 2 * l);
+        }
+      double total = 0;
+      total += reduce16(c1);
+      total += reduce16(c2);
+      for (; i < n; ++i) total += double(w(i) * a(i));
+      return float(total);
+    }
+    case LlamaCppPath::sgemm_bf16: {
+      // tinyBLAS<32, __m512, __m512bh>: one 16-lane vdpbf16ps accumulator per output, lane l holding
+      // the pairs 32s + 2l; then reduce16 (its hsum).
+      float acc[16] = {};
+      for (int64_t i = 0; i < n; i += 32)
+        for (int l = 0; l < 16; ++l) acc[l] = dpbf16_pair(acc[l], w, a, i + 2 * l);
+      return reduce16(acc);
+    }
+    default:
+      break;
+  }
+  throw Error("llama.cpp route: path " + std::string(path_name(path)) + " is not a float path");
+}
+
+// Which head type each float path multiplies.
+bool float_path_of(LlamaCppPath path, TensorType type) {
+  switch (path) {
+    case LlamaCppPath::vec_dot_f16:
+    case LlamaCppPath::sgemm_f16: return type == TensorType::F16;
+    case LlamaCppPath::vec_dot_bf16:
+    case LlamaCppPath::sgemm_bf16: return type == TensorType::BF16;
+    case LlamaCppPath::vec_dot_f32:
+    case LlamaCppPath::sgemm_f32: return type == TensorType::F32;
+    default: return false;
+  }
+}
+
+// A float path against the token's activations in the head type's format, weights from `w`.
+template <class W>
+float float_dot(LlamaCppPath path, TensorType type, W w, const void* act, int64_t n) {
+  switch (type) {
+    case TensorType::F16: {
+      const uint16_t* a = static_cast<const uint16_t*>(act);
+      return float_path_dot(path, w, [a](int64_t e) { return f16_to_f32(a[e]); }, n);
+    }
+    case TensorType::BF16: {
+      const uint16_t* a = static_cast<const uint16_t*>(act);
+      return float_path_dot(path, w, [a](int64_t e) { return bf16_to_f32(a[e]); }, n);
+    }
+    default: {
+      const float* a = static_cast<const float*>(act);
+      return float_path_dot(path, w, [a](int64_t e) { return a[e]; }, n);
+    }
+  }
 }
 
 }  // namespace
@@ -271,13 +410,20 @@ float llamacpp_dot(LlamaCppPath path, TensorType type, const void* row, const vo
                              grouped);
       break;
     case LlamaCppPath::vec_dot_f16:
-      if (type == TensorType::F16)
-        return dot_vec_f16(static_cast<const uint16_t*>(row), static_cast<const uint16_t*>(act), n);
-      break;
     case LlamaCppPath::sgemm_f16:
-      if (type == TensorType::F16)
-        return dot_sgemm_f16(static_cast<const uint16_t*>(row), static_cast<const uint16_t*>(act), n);
-      break;
+    case LlamaCppPath::vec_dot_bf16:
+    case LlamaCppPath::sgemm_bf16:
+    case LlamaCppPath::vec_dot_f32:
+    case LlamaCppPath::sgemm_f32: {
+      if (!float_path_of(path, type)) break;
+      if (type == TensorType::F32) {
+        const float* w = static_cast<const float*>(row);
+        return float_dot(path, type, [w](int64_t e) { return w[e]; }, act, n);
+      }
+      const uint16_t* w = static_cast<const uint16_t*>(row);
+      if (type == TensorType::F16) return float_dot(path, type, [w](int64_t e) { return f16_to_f32(w[e]); }, act, n);
+      return float_dot(path, type, [w](int64_t e) { return bf16_to_f32(w[e]); }, act, n);
+    }
     case LlamaCppPath::unsupported:
       break;
   }
@@ -322,10 +468,14 @@ size_t llamacpp_unpacked_bytes(int64_t n) {
 }
 
 void llamacpp_unpack_row(TensorType type, const void* row, int64_t n, void* unpacked) {
-  if (type == TensorType::F16) {
+  if (type == TensorType::F16 || type == TensorType::BF16) {
     const uint16_t* w = static_cast<const uint16_t*>(row);
     float* out = static_cast<float*>(unpacked);
-    for (int64_t e = 0; e < n; ++e) out[e] = f16_to_f32(w[e]);
+    for (int64_t e = 0; e < n; ++e) out[e] = type == TensorType::F16 ? f16_to_f32(w[e]) : bf16_to_f32(w[e]);
+    return;
+  }
+  if (type == TensorType::F32) {
+    std::memcpy(unpacked, row, size_t(n) * sizeof(float));
     return;
   }
   const int64_t nb = n / kSuperBlock;
@@ -385,29 +535,10 @@ void llamacpp_unpack_row(TensorType type, const void* row, int64_t n, void* unpa
 
 float llamacpp_dot_unpacked(LlamaCppPath path, TensorType type, const void* unpacked, const void* act, int64_t n,
                             bool grouped) {
-  if (type == TensorType::F16) {
-    // The weights are exact f32 images of the f16 values; the activations are f16.
+  if (float_path_of(path, type)) {
+    // The weights are exact f32 images of the row's values.
     const float* w = static_cast<const float*>(unpacked);
-    const uint16_t* a = static_cast<const uint16_t*>(act);
-    if (path == LlamaCppPath::sgemm_f16) {
-      float acc[16] = {};
-      for (int64_t i = 0; i < n; i += 16)
-        for (int l = 0; l < 16; ++l) acc[l] = std::fma(w[i + l], f16_to_f32(a[i + l]), acc[l]);
-      return reduce16(acc);
-    }
-    if (path == LlamaCppPath::vec_dot_f16) {
-      float sum[4][16] = {};
-      const int64_t np = n / 64 * 64;
-      for (int64_t i = 0; i < np; i += 64)
-        for (int j = 0; j < 4; ++j)
-          for (int l = 0; l < 16; ++l)
-            sum[j][l] = std::fma(w[i + 16 * j + l], f16_to_f32(a[i + 16 * j + l]), sum[j][l]);
-      float r[16];
-      for (int l = 0; l < 16; ++l) r[l] = (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]);
-      double total = reduce16(r);
-      for (int64_t e = np; e < n; ++e) total += double(w[e] * f16_to_f32(a[e]));
-      return float(total);
-    }
+    return float_dot(path, type, [w](int64_t e) { return w[e]; }, act, n);
   }
   const int64_t nb = n / kSuperBlock;
   const UnpackedK u = view_unpacked(unpacked, nb);
@@ -417,7 +548,7 @@ float llamacpp_dot_unpacked(LlamaCppPath path, TensorType type, const void* unpa
     for (int64_t i = 0; i < nb; ++i) {
       int32_t s1 = 0;
       for (int s = 0; s < 16; ++s) s1 += u.scales[16 * i + s] * byte_dot(u.levels + 256 * i + 16 * s, y[i].qs + 16 * s, 16);
-      out = out + (float(s1) * u.d[i]) * y[i].d;
+      out = std::fma(float(s1) * u.d[i], y[i].d, out);
     }
     return out;
   }
@@ -429,7 +560,7 @@ float llamacpp_dot_unpacked(LlamaCppPath path, TensorType type, const void* unpa
         s1 += u.scales[16 * i + j] * byte_dot(u.levels + 256 * i + 32 * j, y[i].qs + 32 * j, 32);
         s2 += u.mins[8 * i + j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
       }
-      out = out + std::fma(-u.dmin[i], float(s2), float(s1) * u.d[i]) * y[i].d;
+      out = std::fma(std::fma(-u.dmin[i], float(s2), float(s1) * u.d[i]), y[i].d, out);
     }
     return out;
   }

@@ -32,7 +32,10 @@ SRC=$SCRATCH/llama_cpp_python-$VERSION/vendor/llama.cpp
 cmake -S "$SRC" -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=ON -DLLAMA_CURL=OFF > cmake.log
 cmake --build build -j"$(nproc)" --target test-llama-archs llama-quantize llama > build.log
 "$here/llamacpp_golden.sh" "$SCRATCH/build" "$SRC" "$PY" "$OUT" 101 \
-  "muse-glimmer:q4_K muse-glimmer:q5_K muse-glimmer:q6_K muse-glimmer:q8_0 muse-glimmer:f16" "1 4 8 16"
+  "muse-glimmer:q4_K muse-glimmer:q5_K muse-glimmer:q6_K muse-glimmer:q8_0 muse-glimmer:f16 muse-glimmer:bf16 muse-glimmer:f32" \
+  "1 4 8 16"
+# ggml_mul_mat itself on heads of 2 and 4 super-blocks per row (the orders across them).
+"$here/ggml_mul_mat_probe.sh" "$SCRATCH/build" "$SRC" "$OUT/ggml-mul-mat"
 # The sdist does not record llama.cpp's commit: look it up in llama-cpp-python's vendor submodule
 # for that release and name it beside the version.
 echo "made from llama-cpp-python $VERSION into $OUT; name its llama.cpp commit and update the version in"
