@@ -24,7 +24,7 @@ if [ -z "$BUILD" ]; then
 fi
 export LMHEAD_TEST_DATA_DIR=$ROOT/tests/data
 # Every GPU test (and the golden and sharding tests beside them), for the concurrency rounds.
-GPU_TESTS='Cuda*:MultiGpu*:*Golden*:Sharding*:*LlamaCpp*cuda*:LlamaCppRoutePaths.Unsupported*:LlamaCppRouteShapes.*:SampleEngine.Cuda*'
+GPU_TESTS='Cuda*:MultiGpu*:*Golden*:Sharding*:*LlamaCpp*cuda*:LlamaCppRouteShapes.*:*LlamaCppVecDotTail*:SampleEngine.Cuda*'
 
 step() { echo; echo "==== $* ===="; }
 
@@ -90,7 +90,7 @@ route_bench() {
   # Route llamacpp beside the default route, Muse shape, every head type whose llama.cpp path has
   # its own order somewhere (issue 21: within 1.5x of the default route at every T on the H200).
   step "route llamacpp vs the default route (Muse shape, lmhead bench --backend cuda)"
-  for type in q5_K q6_K q4_K f16; do
+  for type in q5_K q6_K q4_K f16 bf16 f32; do
     f=$SCRATCH/muse-$type.gguf
     [ -f "$f" ] || timeout 200 "$BUILD/lmhead" make "$f" --type $type --quiet || continue
     for route in vec_dot llamacpp; do
@@ -104,7 +104,7 @@ import json, sys, os
 out = sys.argv[1]
 print("| head | T | llama.cpp path | default ms | llamacpp ms | llamacpp / default | llamacpp GB/s | ratio to ceiling | ceiling GB/s |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for t in ["q5_K", "q6_K", "q4_K", "f16"]:
+for t in ["q5_K", "q6_K", "q4_K", "f16", "bf16", "f32"]:
     try:
         d = json.load(open(os.path.join(out, f"route-{t}-vec_dot.json")))["results"]
         l = json.load(open(os.path.join(out, f"route-{t}-llamacpp.json")))["results"]

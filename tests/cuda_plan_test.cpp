@@ -116,14 +116,16 @@ TEST(CudaPlan, LlamaCppRouteTakesThePathsKernel) {
   EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::llamacpp_tiled);
   EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_repack, 16, all).kernel,
             HeadKernel::llamacpp_repack);
-  const cuda::Plan vec = cuda::choose(TensorType::F16, cuda::PlanRoute::llamacpp_f16_vec, 3, all);
-  EXPECT_EQ(vec.kernel, HeadKernel::llamacpp_f16_vec);
+  const cuda::Plan vec = cuda::choose(TensorType::F16, cuda::PlanRoute::llamacpp_float_vec, 3, all);
+  EXPECT_EQ(vec.kernel, HeadKernel::llamacpp_float_vec);
   EXPECT_EQ(vec.passes(3), 3);  // 64 lanes per output: one token per launch
-  EXPECT_EQ(cuda::choose(TensorType::F16, cuda::PlanRoute::llamacpp_f16_sgemm, 16, all).passes(16), 4);
+  EXPECT_EQ(cuda::choose(TensorType::F16, cuda::PlanRoute::llamacpp_float_sgemm, 16, all).passes(16), 4);
   // The default route's loops over kernels never meet llama.cpp's.
   for (TensorType t : {TensorType::Q4_K, TensorType::F16, TensorType::F32})
     for (HeadKernel k : cuda::kHeadKernels)
-      if (cuda::is_llamacpp_kernel(k)) EXPECT_FALSE(cuda::kernel_reads_type(k, t));
+      if (cuda::is_llamacpp_kernel(k)) {
+        EXPECT_FALSE(cuda::kernel_reads_type(k, t));
+      }
 }
 #endif
 

@@ -69,11 +69,6 @@ TEST_P(LlamaCppRoute, LogitsAreLlamaCppBytes) {
   std::string why;
   if (std::get<1>(GetParam()) == BackendKind::cuda && !cuda_available(&why)) GTEST_SKIP() << "no usable GPU: " << why;
   const Golden g = load(c);
-  const std::string path = llamacpp_path(g.model->config(), c.tokens);
-  if (std::get<1>(GetParam()) == BackendKind::cuda && cuda_lacks_llamacpp_path(path)) {
-    EXPECT_TRUE(refused_naming([&] { run(g, c.tokens, BackendKind::cuda, Route::llamacpp); }, path));
-    return;
-  }
   const RunResult r = run(g, c.tokens, std::get<1>(GetParam()), Route::llamacpp);
   EXPECT_TRUE(r.reproduces_llamacpp);
   EXPECT_TRUE(same_bytes(r.logits, g.want.values)) << c.type << " at T = " << c.tokens << " (" << r.llamacpp_path << ")";
@@ -140,21 +135,6 @@ TEST(LlamaCppRoutePaths, RefusesF32Activations) {
   opts.route = Route::llamacpp;
   opts.activations = ActivationRoute::f32;
   EXPECT_THROW(engine.run(g.hidden.values, 1, opts), Error);
-}
-
-// A path the cuda backend does not compute (BF16 and F32 heads) is refused by name, not answered
-// with another order's bytes.
-TEST(LlamaCppRoutePaths, CudaRefusesThePathsItLacksByName) {
-  std::string why;
-  if (!cuda_available(&why)) GTEST_SKIP() << "no usable GPU: " << why;
-  for (const char* type : {"bf16", "f32"}) {
-    const Golden g = load({type, 4});
-    for (int T : {1, 4}) {
-      const std::string path = llamacpp_path(g.model->config(), T);
-      ASSERT_TRUE(cuda_lacks_llamacpp_path(path)) << path;
-      EXPECT_TRUE(refused_naming([&] { run(g, T, BackendKind::cuda, Route::llamacpp); }, path)) << type;
-    }
-  }
 }
 
 class LlamaCppCli : public ::testing::TestWithParam<Case> {};

@@ -58,12 +58,6 @@ TEST_P(LlamaCppRouteShapes, CpuEqualsScalarAndPassesKeepTheCallsOrder) {
     cuda_sharded = std::make_unique<Engine>(model, EngineOptions{.backend = BackendKind::cuda, .shards = 3});
   }
   for (int T : {1, 2, 4, 7, 8, 13, 21}) {
-    if (gpu && cuda_lacks_llamacpp_path(llamacpp_path(c, T))) {
-      const std::vector<float> h = hidden_states(T, c.hidden, uint64_t(T));
-      RunOptions opts;
-      opts.route = Route::llamacpp;
-      EXPECT_TRUE(refused_naming([&] { cuda->run(h, T, opts); }, llamacpp_path(c, T))) << type << " T = " << T;
-    }
     const std::vector<float> h = hidden_states(T, c.hidden, uint64_t(T));
     RunOptions opts;
     opts.route = Route::llamacpp;
@@ -73,7 +67,7 @@ TEST_P(LlamaCppRouteShapes, CpuEqualsScalarAndPassesKeepTheCallsOrder) {
     EXPECT_EQ(want.llamacpp_path, llamacpp_path(c, T));
     EXPECT_TRUE(same_bytes(cpu.run(h, T, opts).logits, want.logits)) << type << " T = " << T;
     EXPECT_TRUE(same_bytes(sharded.run(h, T, opts).logits, want.logits)) << type << " T = " << T << ", 3 shards";
-    if (gpu && !cuda_lacks_llamacpp_path(want.llamacpp_path)) {
+    if (gpu) {
       const RunResult got = cuda->run(h, T, opts);
       EXPECT_EQ(got.llamacpp_path, want.llamacpp_path);
       EXPECT_TRUE(same_bytes(got.logits, want.logits)) << type << " T = " << T << ", cuda";
@@ -122,15 +116,19 @@ TEST(LlamaCppRouteShapes, Q4KWithoutRepackTakesTheTiledPath) {
   EXPECT_TRUE(same_bytes(cuda.run(h, 9, opts).logits, want));
 }
 
-// An F16 head whose hidden size is not a multiple of 16 and whose rows are not a multiple of 4:
-// llamafile's sgemm declines it at every T, so ggml_vec_dot_f16 runs, with a tail past the last
-// 64-element step added in double.
-TEST(LlamaCppRouteShapes, F16VecDotWithATail) {
+// Float heads whose hidden size (1,004) is not a multiple of 16 and whose rows (1,543) are not a
+// multiple of 4: llamafile's sgemm declines them at every T, so ggml_vec_dot_{f16,bf16,f32} runs,
+// with a tail past the last 64-element step (F16, BF16: added in double; F32: 40 elements of f32
+// adds of products, then 4 fused multiply-adds).
+class LlamaCppVecDotTail : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LlamaCppVecDotTail, EveryBackendGivesTheScalarBytes) {
+  const std::string type = GetParam();
   TempDir dir;
   const std::string m = dir.file("h.gguf");
-  ASSERT_EQ(run_command(cli() + " make " + m + " --vocab 1543 --hidden 1000 --type f16 --seed 4").status, 0);
+  ASSERT_EQ(run_command(cli() + " make " + m + " --vocab 1543 --hidden 1004 --type " + type + " --seed 4").status, 0);
   auto model = Model::open(m);
-  EXPECT_EQ(llamacpp_path(model->config(), 5), "vec_dot_f16");
+  EXPECT_EQ(llamacpp_path(model->config(), 5), "vec_dot_" + type);
   Engine scalar(model, {.backend = BackendKind::scalar});
   Engine cpu(model, {.backend = BackendKind::cpu, .threads = 2});
   std::string why;
@@ -139,14 +137,18 @@ TEST(LlamaCppRouteShapes, F16VecDotWithATail) {
   std::unique_ptr<Engine> cuda;
   if (gpu) cuda = std::make_unique<Engine>(model, EngineOptions{.backend = BackendKind::cuda});
   for (int T : {1, 5}) {
-    const std::vector<float> h = hidden_states(T, 1000, 11 + uint64_t(T));
+    const std::vector<float> h = hidden_states(T, 1004, 11 + uint64_t(T));
     RunOptions opts;
     opts.route = Route::llamacpp;
     opts.want_logits = true;
     const std::vector<float> want = scalar.run(h, T, opts).logits;
-    EXPECT_TRUE(same_bytes(cpu.run(h, T, opts).logits, want)) << "T = " << T;
-    if (gpu) EXPECT_TRUE(same_bytes(cuda->run(h, T, opts).logits, want)) << "T = " << T << ", cuda";
+    EXPECT_TRUE(same_bytes(cpu.run(h, T, opts).logits, want)) << type << " T = " << T;
+    if (gpu) {
+      EXPECT_TRUE(same_bytes(cuda->run(h, T, opts).logits, want)) << type << " T = " << T << ", cuda";
+    }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(FloatHeads, LlamaCppVecDotTail, ::testing::Values("f16", "bf16", "f32"));
 
 }  // namespace

@@ -122,22 +122,4 @@ inline std::string cli() {
   return env != nullptr ? env : LMHEAD_CLI;
 }
 
-// Route llamacpp's paths the cuda backend does not compute yet: it refuses them naming the path
-// (src/cuda/plan.cpp, plan_route). The tests expect that refusal there instead of bytes.
-inline bool cuda_lacks_llamacpp_path(const std::string& path) {
-  return path == "vec_dot_bf16" || path == "llamafile_sgemm_bf16" || path == "vec_dot_f32" || path == "llamafile_sgemm_f32";
-}
-
-// `run` throws lmhead::Error naming `path`.
-template <class Run>
-::testing::AssertionResult refused_naming(Run run, const std::string& path) {
-  try {
-    run();
-  } catch (const std::exception& e) {
-    if (std::string(e.what()).find(path) != std::string::npos) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "refused without naming " << path << ": " << e.what();
-  }
-  return ::testing::AssertionFailure() << "ran instead of refusing " << path;
-}
-
 }  // namespace lmhead::testing

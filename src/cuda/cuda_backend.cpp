@@ -444,11 +444,11 @@ class CudaBackend final : public Backend {
         case HeadKernel::llamacpp_repack:
           launch_generic_head(hp, head_.type, false, GenericOrder::llamacpp_repack, num_sms_, pdl, stream_);
           break;
-        case HeadKernel::llamacpp_f16_vec:
-          launch_generic_head(hp, head_.type, true, GenericOrder::llamacpp_f16_vec, num_sms_, pdl, stream_);
+        case HeadKernel::llamacpp_float_vec:
+          launch_generic_head(hp, head_.type, true, GenericOrder::llamacpp_float_vec, num_sms_, pdl, stream_);
           break;
-        case HeadKernel::llamacpp_f16_sgemm:
-          launch_generic_head(hp, head_.type, true, GenericOrder::llamacpp_f16_sgemm, num_sms_, pdl, stream_);
+        case HeadKernel::llamacpp_float_sgemm:
+          launch_generic_head(hp, head_.type, true, GenericOrder::llamacpp_float_sgemm, num_sms_, pdl, stream_);
           break;
       }
     }

@@ -96,6 +96,25 @@ __device__ __forceinline__ float reduce16(const float* a) {
   return __fadd_rn(__fadd_rn(h4[0], h4[2]), __fadd_rn(h4[1], h4[3]));
 }
 
+// One step of VDPBF16PS in one lane as Zen 4 rounds it (quant::vdpbf16ps_step, numerics.md "The
+// llama.cpp route"): one fused multiply-add, subnormal inputs read as zeros of their sign, a result
+// below FLT_MIN after rounding to 24 bits flushed to a zero of its sign.
+__device__ __forceinline__ float dpbf16_step(float acc, float w, float a) {
+  constexpr float kFltMin = 0x1p-126f;
+  auto daz = [](float x) { return fabsf(x) < kFltMin ? copysignf(0.0f, x) : x; };
+  acc = daz(acc);
+  w = daz(w);
+  a = daz(a);
+  const float r = __fmaf_rn(w, a, acc);
+  const float m = fabsf(r);
+  if (m < kFltMin) return copysignf(0.0f, r);
+  // Rounded up to FLT_MIN only at subnormal precision: the exact value (w * a is exact in double,
+  // and so is the sum this close to FLT_MIN) decides.
+  if (m == kFltMin && fabs(__dadd_rn(double(acc), __dmul_rn(double(w), double(a)))) < 0x1p-126 - 0x1p-151)
+    return copysignf(0.0f, r);
+  return r;
+}
+
 template <TensorType T, bool FR, GenericOrder O, int NW, int S>
 __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadParams p) {
   constexpr int GE = Geometry<T>::GE, GB = Geometry<T>::GB, PITCH = pitch_of<T>();
@@ -103,13 +122,17 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
   constexpr bool kIntDot = !FR && (T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K ||
                                    T == TensorType::Q8_0);
   constexpr bool kTiled = O == GenericOrder::llamacpp_tiled, kRepack = O == GenericOrder::llamacpp_repack;
-  constexpr bool kF16Vec = O == GenericOrder::llamacpp_f16_vec, kF16Sgemm = O == GenericOrder::llamacpp_f16_sgemm;
+  constexpr bool kVecFloat = O == GenericOrder::llamacpp_float_vec, kSgemmFloat = O == GenericOrder::llamacpp_float_sgemm;
   static_assert(!(kTiled || kRepack) || (kIntDot && T != TensorType::Q8_0), "llama.cpp's K-quant orders");
   static_assert(!kRepack || T == TensorType::Q4_K, "only Q4_K is repacked");
-  static_assert(!(kF16Vec || kF16Sgemm) || (FR && T == TensorType::F16), "llama.cpp's F16 orders");
-  // vec_dot_f16 keeps 64 lanes per output (four 16-lane accumulators): one token per launch.
-  constexpr int TCP = kF16Vec ? 1 : kTC;
-  constexpr int NL = kF16Vec ? 64 : kF16Sgemm ? 16 : 8;
+  static_assert(!(kVecFloat || kSgemmFloat) || (FR && (T == TensorType::F16 || T == TensorType::BF16 ||
+                                                      T == TensorType::F32)), "llama.cpp's float orders");
+  // BF16 heads: vdpbf16ps takes pairs of elements (the odd one first), one lane per pair.
+  constexpr bool kPairs = (kVecFloat || kSgemmFloat) && T == TensorType::BF16;
+  // vec_dot keeps 64 lanes per output (four 16-lane accumulators; BF16: two of pairs): one token
+  // per launch.
+  constexpr int TCP = kVecFloat ? 1 : kTC;
+  constexpr int NL = kVecFloat ? (kPairs ? 32 : 64) : kSgemmFloat ? 16 : 8;
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ PartialBest s_best[NW][kMaxTokens];
   __shared__ int s_item_tile[NW][S];
@@ -165,7 +188,8 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
 
   float acc[TCP][NL];
   float extra[TCP][4];
-  double tail[TCP];  // vec_dot_f16: the elements past a multiple of 64, in double
+  double tail[TCP];  // vec_dot (F16, BF16): the running total from the row's tail on, in double
+  float ftail[TCP];  // vec_dot (F32): the same in f32
   PartialBest best[TCP];
 #pragma unroll
   for (int j = 0; j < TCP; ++j) {
@@ -175,6 +199,7 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
 #pragma unroll
     for (int k = 0; k < 4; ++k) extra[j][k] = 0.0f;
     tail[j] = 0.0;
+    ftail[j] = 0.0f;
   }
 
   int slot = 0;
@@ -236,9 +261,10 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
           }
           const int s1 = isum[0] + isum[1] + isum[2] + isum[3], s2 = imin[0] + imin[1] + imin[2] + imin[3];
           if constexpr (kTiled) {
-            // Per slab: r = dmin * s2 taken off float(s1) * d by one fused multiply-add, then out + r * y.d.
+            // Per slab: r = dmin * s2 taken off float(s1) * d by one fused multiply-add, then
+            // out = fma(r, y.d, out) (GCC contracts the source's add of a product).
             const float r = __fmaf_rn(-wdmin, __int2float_rn(s2), __fmul_rn(__int2float_rn(s1), wd));
-            acc[tj][0] = __fadd_rn(acc[tj][0], __fmul_rn(r, ad));
+            acc[tj][0] = __fmaf_rn(r, ad, acc[tj][0]);
           } else {
             // Two accumulators by fma with d * y.d and dmin * y.d rounded first; the gemm (whole
             // groups of 4 tokens) adds per pair of sub-blocks, the gemv once per super-block.
@@ -272,7 +298,7 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
             }
             s1 -= 32 * (scale(2 * k) * bs0 + scale(2 * k + 1) * bs1);
           }
-          acc[tj][0] = __fadd_rn(acc[tj][0], __fmul_rn(__fmul_rn(__int2float_rn(s1), wd), ad));
+          acc[tj][0] = __fmaf_rn(__fmul_rn(__int2float_rn(s1), wd), ad, acc[tj][0]);
         } else if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K) {
           // dq = y.d * d; dm = (-y.d) * dmin; the mins' integer sums from the sub-block sums.
           const float ad = __ldg(p.act_d + size_t(gi) * kMaxTokens + t);
@@ -334,20 +360,14 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
       const int e0 = gi * GE;
       const int ne = min(GE, H - e0);
       const float* xb = p.act_f + size_t(p.t0) * f_pitch + e0;
-      // vec_dot_f16: accumulator (e % 64) / 16, lane e % 16 (groups are 128 elements, so the
-      // group-local e has the row's residues); elements past the last multiple of 64 go to the tail.
-      const int vec_end = H / 64 * 64 - e0;
+      // Lanes: e % 8 (vec_dot route), e % 16 (sgemm), e % 64 (vec_dot: accumulator (e % 64) / 16,
+      // lane e % 16); groups are 64 or 128 elements, so the group-local e has the row's residues.
       auto feed = [&](int e, float w) {
 #pragma unroll
         for (int tj = 0; tj < TCP; ++tj) {
           if (tj >= p.tc) break;
           const float x = __ldg(xb + size_t(tj) * f_pitch + e);
-          if constexpr (kF16Vec) {
-            if (e < vec_end) acc[tj][e & 63] = __fmaf_rn(w, x, acc[tj][e & 63]);
-            else tail[tj] = __dadd_rn(tail[tj], double(__fmul_rn(w, x)));
-          } else {
-            acc[tj][e & (NL - 1)] = __fmaf_rn(w, x, acc[tj][e & (NL - 1)]);
-          }
+          acc[tj][e & (NL - 1)] = __fmaf_rn(w, x, acc[tj][e & (NL - 1)]);
         }
       };
       if constexpr (T == TensorType::Q4_K || T == TensorType::Q5_K || T == TensorType::Q6_K || T == TensorType::Q8_0) {
@@ -393,24 +413,75 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
           }
         }
       } else {
-        // Unrolled, so that each element's lane (e % NL) is a register, not a local-memory index.
+        // Unrolled, so that each element's lane is a register, not a local-memory index.
         constexpr int EPC = T == TensorType::F32 ? 4 : 8;  // elements per 16-byte chunk
+        auto weight = [](const uint4& v, int k) -> float {
+          if constexpr (T == TensorType::F32) return __uint_as_float(word_of(v, k));
+          const uint32_t half = (word_of(v, k >> 1) >> (16 * (k & 1))) & 0xFFFFu;
+          return T == TensorType::F16 ? f16_exact(half) : __uint_as_float(half << 16);
+        };
+        // vec_dot: elements from the last multiple of 64 on (only in the row's last group) are
+        // its tail, added one by one after the accumulators' reduction.
+        const int vec_end = kVecFloat ? H / 64 * 64 - e0 : ne;
 #pragma unroll
         for (int c = 0; c < GE / EPC; ++c) {
-          if (EPC * c >= ne) break;
+          if (EPC * c >= min(ne, vec_end)) break;
           const uint4 v = lds128(b + 16 * c);
+          if constexpr (kPairs) {
+            // One vdpbf16ps lane per pair: vec_dot's c1 / c2 lane l holds pairs 64s + 2l / 64s + 32 + 2l
+            // (index (e % 64) / 2), the sgemm's lane l pairs 32s + 2l (index (e % 32) / 2).
 #pragma unroll
-          for (int k = 0; k < EPC; ++k) {
-            const int e = EPC * c + k;
-            if (e >= ne) break;
-            float w;
-            if constexpr (T == TensorType::F32) {
-              w = __uint_as_float(word_of(v, k));
-            } else {
-              const uint32_t half = (word_of(v, k >> 1) >> (16 * (k & 1))) & 0xFFFFu;
-              w = T == TensorType::F16 ? f16_exact(half) : __uint_as_float(half << 16);
+            for (int k = 0; k < EPC; k += 2) {
+              const int e = EPC * c + k;
+              if (e >= min(ne, vec_end)) break;
+              const float w0 = weight(v, k), w1 = weight(v, k + 1);
+#pragma unroll
+              for (int tj = 0; tj < TCP; ++tj) {
+                if (tj >= p.tc) break;
+                const float* x = xb + size_t(tj) * f_pitch + e;
+                float& a = acc[tj][(e & (2 * NL - 1)) >> 1];
+                a = dpbf16_step(dpbf16_step(a, w1, __ldg(x + 1)), w0, __ldg(x));
+              }
             }
-            feed(e, w);
+          } else {
+#pragma unroll
+            for (int k = 0; k < EPC; ++k) {
+              const int e = EPC * c + k;
+              if (e >= min(ne, vec_end)) break;
+              feed(e, weight(v, k));
+            }
+          }
+        }
+        if constexpr (kVecFloat) {
+          if (gi == G - 1) {
+            // The row's last group: reduce the accumulators, then the tail in element order (F16,
+            // BF16: each f32 product added in double; F32: f32 adds of products for whole groups of
+            // 8, fused multiply-adds for the last n % 8, as GCC vectorized the source's loop).
+#pragma unroll
+            for (int tj = 0; tj < TCP; ++tj) {
+              if constexpr (kPairs) {
+                tail[tj] = __dadd_rn(__dadd_rn(0.0, double(reduce16(acc[tj]))), double(reduce16(acc[tj] + 16)));
+              } else {
+                float r[16];
+#pragma unroll
+                for (int l = 0; l < 16; ++l)
+                  r[l] = __fadd_rn(__fadd_rn(acc[tj][l], acc[tj][32 + l]), __fadd_rn(acc[tj][16 + l], acc[tj][48 + l]));
+                tail[tj] = double(reduce16(r));
+                ftail[tj] = reduce16(r);
+              }
+            }
+            const int unfused = vec_end + (ne - vec_end) / 8 * 8;
+            for (int e = max(vec_end, 0); e < ne; ++e) {
+              const float w = weight(lds128(b + 16 * (e / EPC)), e % EPC);
+              for (int tj = 0; tj < TCP; ++tj) {
+                if (tj >= p.tc) break;
+                const float x = __ldg(xb + size_t(tj) * f_pitch + e);
+                if constexpr (T == TensorType::F32)
+                  ftail[tj] = e < unfused ? __fadd_rn(ftail[tj], __fmul_rn(w, x)) : __fmaf_rn(w, x, ftail[tj]);
+                else
+                  tail[tj] = __dadd_rn(tail[tj], double(__fmul_rn(w, x)));
+              }
+            }
           }
         }
       }
@@ -426,14 +497,10 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
             raw = acc[tj][0];
           } else if constexpr (kRepack) {
             raw = __fsub_rn(acc[tj][0], acc[tj][1]);
-          } else if constexpr (kF16Sgemm) {
+          } else if constexpr (kSgemmFloat) {
             raw = reduce16(acc[tj]);
-          } else if constexpr (kF16Vec) {
-            float r[16];
-#pragma unroll
-            for (int l = 0; l < 16; ++l)
-              r[l] = __fadd_rn(__fadd_rn(acc[tj][l], acc[tj][32 + l]), __fadd_rn(acc[tj][16 + l], acc[tj][48 + l]));
-            raw = __double2float_rn(__dadd_rn(double(reduce16(r)), tail[tj]));
+          } else if constexpr (kVecFloat) {
+            raw = T == TensorType::F32 ? ftail[tj] : __double2float_rn(tail[tj]);
           } else {
             float lanes[8];
 #pragma unroll
@@ -461,6 +528,7 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
 #pragma unroll
         for (int k = 0; k < 4; ++k) extra[tj][k] = 0.0f;
         tail[tj] = 0.0;
+        ftail[tj] = 0.0f;
       }
     }
     slot = slot + 1 == S ? 0 : slot + 1;
@@ -509,12 +577,16 @@ void launch_generic_head(const HeadParams& p, TensorType type, bool float_route,
     case O::llamacpp_repack:
       if (type == TensorType::Q4_K) return launch_typed<TensorType::Q4_K, false, O::llamacpp_repack>(p, num_sms, pdl, stream);
       throw Error("llama.cpp's repacked order needs a Q4_K head, not " + std::string(tensor_type_name(type)));
-    case O::llamacpp_f16_vec:
-    case O::llamacpp_f16_sgemm:
-      if (type != TensorType::F16)
-        throw Error("llama.cpp's F16 orders need an F16 head, not " + std::string(tensor_type_name(type)));
-      return order == O::llamacpp_f16_vec ? launch_typed<TensorType::F16, true, O::llamacpp_f16_vec>(p, num_sms, pdl, stream)
-                                          : launch_typed<TensorType::F16, true, O::llamacpp_f16_sgemm>(p, num_sms, pdl, stream);
+    case O::llamacpp_float_vec:
+      if (type == TensorType::F16) return launch_typed<TensorType::F16, true, O::llamacpp_float_vec>(p, num_sms, pdl, stream);
+      if (type == TensorType::BF16) return launch_typed<TensorType::BF16, true, O::llamacpp_float_vec>(p, num_sms, pdl, stream);
+      if (type == TensorType::F32) return launch_typed<TensorType::F32, true, O::llamacpp_float_vec>(p, num_sms, pdl, stream);
+      throw Error("llama.cpp's vec_dot float order needs an F16, BF16 or F32 head, not " + std::string(tensor_type_name(type)));
+    case O::llamacpp_float_sgemm:
+      if (type == TensorType::F16) return launch_typed<TensorType::F16, true, O::llamacpp_float_sgemm>(p, num_sms, pdl, stream);
+      if (type == TensorType::BF16) return launch_typed<TensorType::BF16, true, O::llamacpp_float_sgemm>(p, num_sms, pdl, stream);
+      if (type == TensorType::F32) return launch_typed<TensorType::F32, true, O::llamacpp_float_sgemm>(p, num_sms, pdl, stream);
+      throw Error("llamafile's sgemm order needs an F16, BF16 or F32 head, not " + std::string(tensor_type_name(type)));
   }
   switch (type) {
     case TensorType::Q4_K:

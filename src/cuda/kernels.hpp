@@ -145,7 +145,7 @@ size_t q5k_stream_n_smem(int groups, int tokens);
 // order, that path's roundings instead of vec_dot's (numerics.md, "The llama.cpp route"). The
 // repacked Q4_K order takes the gemm's for tokens below T - T % 4 (whole groups of 4 of the call).
 constexpr int kGenericTokens = 4;
-enum class GenericOrder : int { vec_dot, llamacpp_tiled, llamacpp_repack, llamacpp_f16_vec, llamacpp_f16_sgemm };
+enum class GenericOrder : int { vec_dot, llamacpp_tiled, llamacpp_repack, llamacpp_float_vec, llamacpp_float_sgemm };
 void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, GenericOrder order, int num_sms,
                          bool pdl, cudaStream_t stream);
 

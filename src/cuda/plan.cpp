@@ -20,8 +20,8 @@ static_assert(desc(HeadKernel::q5k_mma).max_tokens == kMaxTokens);
 static_assert(desc(HeadKernel::generic).max_tokens == kGenericTokens);
 static_assert(desc(HeadKernel::llamacpp_tiled).max_tokens == kGenericTokens);
 static_assert(desc(HeadKernel::llamacpp_repack).max_tokens == kGenericTokens);
-static_assert(desc(HeadKernel::llamacpp_f16_sgemm).max_tokens == kGenericTokens);
-static_assert(desc(HeadKernel::llamacpp_f16_vec).max_tokens == 1);
+static_assert(desc(HeadKernel::llamacpp_float_sgemm).max_tokens == kGenericTokens);
+static_assert(desc(HeadKernel::llamacpp_float_vec).max_tokens == 1);
 
 PlanRoute plan_route(bool float_route, Route route, quant::LlamaCppPath path) {
   using quant::LlamaCppPath;
@@ -31,8 +31,12 @@ PlanRoute plan_route(bool float_route, Route route, quant::LlamaCppPath path) {
     case LlamaCppPath::sgemm_q8_0: return float_route ? PlanRoute::float_acts : PlanRoute::q8;
     case LlamaCppPath::tiled_kquant: return PlanRoute::llamacpp_tiled;
     case LlamaCppPath::repack_q4_K_8x8: return PlanRoute::llamacpp_repack;
-    case LlamaCppPath::vec_dot_f16: return PlanRoute::llamacpp_f16_vec;
-    case LlamaCppPath::sgemm_f16: return PlanRoute::llamacpp_f16_sgemm;
+    case LlamaCppPath::vec_dot_f16:
+    case LlamaCppPath::vec_dot_bf16:
+    case LlamaCppPath::vec_dot_f32: return PlanRoute::llamacpp_float_vec;
+    case LlamaCppPath::sgemm_f16:
+    case LlamaCppPath::sgemm_bf16:
+    case LlamaCppPath::sgemm_f32: return PlanRoute::llamacpp_float_sgemm;
     default: break;
   }
   throw Error("route llamacpp: the cuda backend does not reproduce llama.cpp's " + std::string(quant::path_name(path)) +
@@ -59,8 +63,8 @@ size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens) {
     case HeadKernel::generic:
     case HeadKernel::llamacpp_tiled:
     case HeadKernel::llamacpp_repack:
-    case HeadKernel::llamacpp_f16_vec:
-    case HeadKernel::llamacpp_f16_sgemm: return 0;
+    case HeadKernel::llamacpp_float_vec:
+    case HeadKernel::llamacpp_float_sgemm: return 0;
   }
   return 0;
 }

@@ -30,8 +30,8 @@ enum class HeadKernel : uint8_t {
   // structure, one thread per row, with that path's roundings (numerics.md, "The llama.cpp route")
   llamacpp_tiled,       // the tiled K-quant matmul (Q4_K not repacked, Q5_K, Q6_K; from 8 tokens)
   llamacpp_repack,      // repacked Q4_K: gemm order for whole groups of 4 tokens, gemv for the rest
-  llamacpp_f16_vec,     // ggml_vec_dot_f16 (one token per launch: 64 lanes per output)
-  llamacpp_f16_sgemm,   // llamafile's tinyBLAS for F16 x F16
+  llamacpp_float_vec,    // ggml_vec_dot_f16 / _bf16 / _f32 (one token per launch: up to 64 lanes per output)
+  llamacpp_float_sgemm,  // llamafile's tinyBLAS for F16, BF16 and F32 heads
   q5k_stream_n_tiled,   // q5k_stream_n's walk and MMAs with the tiled K-quant order (Q5_K, 8+ tokens)
   q6k_stream_tiled,     // q6k_stream's with the tiled K-quant order (Q6_K, 8+ tokens)
 };
@@ -39,7 +39,7 @@ enum class HeadKernel : uint8_t {
 constexpr HeadKernel kHeadKernels[] = {
     HeadKernel::q5k_stream, HeadKernel::q5k_tma,   HeadKernel::q5k_stream_n, HeadKernel::q4k_stream, HeadKernel::q6k_stream,
     HeadKernel::q8_0_stream, HeadKernel::q5k_lanes, HeadKernel::q5k_mma,      HeadKernel::generic,
-    HeadKernel::llamacpp_tiled, HeadKernel::llamacpp_repack, HeadKernel::llamacpp_f16_vec, HeadKernel::llamacpp_f16_sgemm,
+    HeadKernel::llamacpp_tiled, HeadKernel::llamacpp_repack, HeadKernel::llamacpp_float_vec, HeadKernel::llamacpp_float_sgemm,
     HeadKernel::q5k_stream_n_tiled, HeadKernel::q6k_stream_tiled};
 
 // The device copies of a head (docs/cuda.md, "Device layouts").
@@ -82,9 +82,9 @@ constexpr KernelDesc kKernelDescs[] = {
      true, {0, 0, 0}},
     {HeadKernel::llamacpp_repack, "llamacpp_repack", "llama.cpp's repacked Q4_K order", TensorType::Q4_K,
      HeadCopy::rows, 4, true, {0, 0, 0}},
-    {HeadKernel::llamacpp_f16_vec, "llamacpp_f16_vec", "llama.cpp's vec_dot_f16 order", TensorType::F16,
+    {HeadKernel::llamacpp_float_vec, "llamacpp_float_vec", "llama.cpp's vec_dot order", TensorType::F32,
      HeadCopy::rows, 1, true, {0, 0, 0}},
-    {HeadKernel::llamacpp_f16_sgemm, "llamacpp_f16_sgemm", "llamafile's sgemm order", TensorType::F16, HeadCopy::rows,
+    {HeadKernel::llamacpp_float_sgemm, "llamacpp_float_sgemm", "llamafile's sgemm order", TensorType::F32, HeadCopy::rows,
      4, true, {0, 0, 0}},
     {HeadKernel::q5k_stream_n_tiled, "q5k_stream_n_tiled", "int8 tensor cores, tokens in N, llama.cpp's tiled order",
      TensorType::Q5_K, HeadCopy::subblocks, 16, false, {0, 0, 0}},
@@ -96,8 +96,8 @@ static_assert(std::size(kKernelDescs) == std::size(kHeadKernels));
 constexpr const KernelDesc& desc(HeadKernel k) { return kKernelDescs[size_t(k)]; }
 constexpr const char* kernel_name(HeadKernel k) { return desc(k).name; }
 constexpr bool is_llamacpp_kernel(HeadKernel k) {
-  return k == HeadKernel::llamacpp_tiled || k == HeadKernel::llamacpp_repack || k == HeadKernel::llamacpp_f16_vec ||
-         k == HeadKernel::llamacpp_f16_sgemm || k == HeadKernel::q5k_stream_n_tiled ||
+  return k == HeadKernel::llamacpp_tiled || k == HeadKernel::llamacpp_repack || k == HeadKernel::llamacpp_float_vec ||
+         k == HeadKernel::llamacpp_float_sgemm || k == HeadKernel::q5k_stream_n_tiled ||
          k == HeadKernel::q6k_stream_tiled;
 }
 // The kernels that compute the q8 and float routes of a head of type t (llama.cpp's orders are
@@ -108,7 +108,7 @@ constexpr bool kernel_reads_type(HeadKernel k, TensorType t) {
 
 // The order a call's dots follow: the q8 route's (vec_dot), the float activation routes, or one of
 // llama.cpp's own paths (Route::llamacpp where llama.cpp does not take vec_dot's order).
-enum class PlanRoute : uint8_t { q8, float_acts, llamacpp_tiled, llamacpp_repack, llamacpp_f16_vec, llamacpp_f16_sgemm };
+enum class PlanRoute : uint8_t { q8, float_acts, llamacpp_tiled, llamacpp_repack, llamacpp_float_vec, llamacpp_float_sgemm };
 // Throws Error for a llama.cpp path this backend does not reproduce.
 PlanRoute plan_route(bool float_route, Route route, quant::LlamaCppPath path);
 
@@ -145,8 +145,8 @@ constexpr PlanRow kLlamaCppTiledQ5KPlan[] = {{1, 16, HeadKernel::q5k_stream_n_ti
 constexpr PlanRow kLlamaCppTiledQ6KPlan[] = {{1, 16, HeadKernel::q6k_stream_tiled, 16},
                                              {1, 16, HeadKernel::llamacpp_tiled, 0}};
 constexpr PlanRow kLlamaCppRepackPlan[] = {{1, 16, HeadKernel::llamacpp_repack, 0}};
-constexpr PlanRow kLlamaCppF16VecPlan[] = {{1, 16, HeadKernel::llamacpp_f16_vec, 0}};
-constexpr PlanRow kLlamaCppF16SgemmPlan[] = {{1, 16, HeadKernel::llamacpp_f16_sgemm, 0}};
+constexpr PlanRow kLlamaCppFloatVecPlan[] = {{1, 16, HeadKernel::llamacpp_float_vec, 0}};
+constexpr PlanRow kLlamaCppFloatSgemmPlan[] = {{1, 16, HeadKernel::llamacpp_float_sgemm, 0}};
 
 // The table of a head type and route (float_acts: the f16 / bf16 / f32 activation routes).
 constexpr std::span<const PlanRow> plan_table(TensorType type, PlanRoute route) {
@@ -158,8 +158,8 @@ constexpr std::span<const PlanRow> plan_table(TensorType type, PlanRoute route) 
       if (type == TensorType::Q6_K) return kLlamaCppTiledQ6KPlan;
       return kLlamaCppTiledPlan;
     case PlanRoute::llamacpp_repack: return kLlamaCppRepackPlan;
-    case PlanRoute::llamacpp_f16_vec: return kLlamaCppF16VecPlan;
-    case PlanRoute::llamacpp_f16_sgemm: return kLlamaCppF16SgemmPlan;
+    case PlanRoute::llamacpp_float_vec: return kLlamaCppFloatVecPlan;
+    case PlanRoute::llamacpp_float_sgemm: return kLlamaCppFloatSgemmPlan;
   }
   switch (type) {
     case TensorType::Q5_K: return kQ5KPlan;

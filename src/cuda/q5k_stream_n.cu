@@ -15,7 +15,7 @@
 //
 // TILED (route llamacpp from 8 tokens on) keeps the integers and rounds as llama.cpp's tiled K-quant
 // matmul does: the eight lanes' integer sums of a super-block add up, exactly, to the slab's s1;
-// then r = fma(-dmin, s2, s1 * d) and out = out + r * y.d once per super-block (numerics.md, "The
+// then r = fma(-dmin, s2, s1 * d) and out = fma(r, y.d, out) once per super-block (numerics.md, "The
 // llama.cpp route"). a.acc[..][0] holds `out`; lanes 1..7 and summs stay unused.
 //
 // The activations sit in shared memory as B fragments: per (super-block, token) and pair of lanes
@@ -138,7 +138,7 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
           const float yd = s_yd[sb * TTOT + 8 * nt + 2 * q + c];
           const float rr = __fmaf_rn(-row_dmin[r], __int2float_rn(s2[nt][c][r]),
                                      __fmul_rn(__int2float_rn(s1[nt][c][r]), row_d[r]));
-          a.acc[nt][c][r][0] = __fadd_rn(a.acc[nt][c][r][0], __fmul_rn(rr, yd));
+          a.acc[nt][c][r][0] = __fmaf_rn(rr, yd, a.acc[nt][c][r][0]);
         }
   }
 }

@@ -16,7 +16,7 @@
 //
 // kTiled (route llamacpp from 8 tokens on): the same integers, rounded as llama.cpp's tiled K-quant
 // matmul does. The eight lanes' integers of a super-block add up (exactly: two per thread, then
-// across the four threads of a quad) to the slab's s1, and out = out + (float(s1) * d) * y.d once per
+// across the four threads of a quad) to the slab's s1, and out = fma(float(s1) * d, y.d, out) once per
 // super-block; acc[t][r][0] holds `out`, identical in the quad.
 #include <cuda_runtime.h>
 
@@ -161,7 +161,7 @@ struct Q6Stream {
             s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
             s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
             const float d = f16_scale(it.d >> (16 * r));
-            acc[t][r][0] = __fadd_rn(acc[t][r][0], __fmul_rn(__fmul_rn(__int2float_rn(s1), d), act.yd[sb * TT + t]));
+            acc[t][r][0] = __fmaf_rn(__fmul_rn(__int2float_rn(s1), d), act.yd[sb * TT + t], acc[t][r][0]);
           }
       } else {
 #pragma unroll
