@@ -90,7 +90,7 @@ route_bench() {
   # Route llamacpp beside the default route, Muse shape, every head type whose llama.cpp path has
   # its own order somewhere (issue 21: within 1.5x of the default route at every T on the H200).
   step "route llamacpp vs the default route (Muse shape, lmhead bench --backend cuda)"
-  for type in q5_K q6_K q4_K f16 bf16 f32; do
+  for type in ${ROUTE_TYPES:-q5_K q6_K q4_K f16 bf16 f32}; do
     f=$SCRATCH/muse-$type.gguf
     [ -f "$f" ] || timeout 200 "$BUILD/lmhead" make "$f" --type $type --quiet || continue
     for route in vec_dot llamacpp; do

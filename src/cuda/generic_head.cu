@@ -99,7 +99,7 @@ __device__ __forceinline__ float reduce16(const float* a) {
 // One step of VDPBF16PS in one lane as Zen 4 rounds it (quant::vdpbf16ps_step, numerics.md "The
 // llama.cpp route"): one fused multiply-add, subnormal inputs read as zeros of their sign, a result
 // below FLT_MIN after rounding to 24 bits flushed to a zero of its sign.
-__device__ __forceinline__ float dpbf16_step(float acc, float w, float a) {
+__device__ __noinline__ float dpbf16_step_exact(float acc, float w, float a) {
   constexpr float kFltMin = 0x1p-126f;
   auto daz = [](float x) { return fabsf(x) < kFltMin ? copysignf(0.0f, x) : x; };
   acc = daz(acc);
@@ -113,6 +113,16 @@ __device__ __forceinline__ float dpbf16_step(float acc, float w, float a) {
   if (m == kFltMin && fabs(__dadd_rn(double(acc), __dmul_rn(double(w), double(a)))) < 0x1p-126 - 0x1p-151)
     return copysignf(0.0f, r);
   return r;
+}
+
+// The same, with the flush rules' cases taken out of line: acc is 0 or an earlier step's result,
+// never subnormal, so with w and a zero or normal and |r| above FLT_MIN the fused multiply-add is
+// the answer.
+__device__ __forceinline__ float dpbf16_step(float acc, float w, float a) {
+  constexpr float kFltMin = 0x1p-126f;
+  const float r = __fmaf_rn(w, a, acc);
+  const bool plain = fabsf(r) > kFltMin && (w == 0.0f || fabsf(w) >= kFltMin) && (a == 0.0f || fabsf(a) >= kFltMin);
+  return plain ? r : dpbf16_step_exact(acc, w, a);
 }
 
 template <TensorType T, bool FR, GenericOrder O, int NW, int S>
