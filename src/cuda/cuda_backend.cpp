@@ -329,8 +329,8 @@ class CudaBackend final : public Backend {
     pp.act_qs = act_qs_.get();
     pp.act_d = act_d_.get();
     pp.act_bsp = act_bsp_.get();
-    pp.act_frag = act_frag_.get();
-    pp.act_lanes = act_lanes_.get();
+    pp.act_frag = reads_fragment_acts(s.plan.kernel) ? act_frag_.get() : nullptr;
+    pp.act_lanes = reads_lanes_acts(s.plan.kernel) ? act_lanes_.get() : nullptr;
     pp.act_f = act_f_.get();
     pp.normed_out = s.stages ? normed_.get() : nullptr;
     pp.norm_path = norm_path_.device();

@@ -62,6 +62,7 @@ struct PrepParams {
   int8_t* act_qs = nullptr;       // [ngroups][kMaxTokens][kActPitch]
   float* act_d = nullptr;         // q8_K: [H/256][kMaxTokens]; q8_0: [H/32][kMaxTokens] (f32 of the f16 d)
   uint32_t* act_bsp = nullptr;    // q8_K: [H/256][kMaxTokens][4] pairs of int16 sub-block sums
+  // Written only when not nullptr, i.e. when the call's plan reads them (plan.hpp, reads_fragment_acts):
   int8_t* act_frag = nullptr;     // q8_K: [H/256][kMaxTokens][kFragPitch] the same quants in B-fragment order
   int8_t* act_lanes = nullptr;    // q8_K, tokens 0..1: [H/256][kLanesTokens][32][kLanesPitch] (lanes kernel)
   float* act_f = nullptr;         // float formats: [T][H]

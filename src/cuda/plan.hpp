@@ -95,6 +95,11 @@ static_assert(std::size(kKernelDescs) == std::size(kHeadKernels));
 
 constexpr const KernelDesc& desc(HeadKernel k) { return kKernelDescs[size_t(k)]; }
 constexpr const char* kernel_name(HeadKernel k) { return desc(k).name; }
+// The activation layouts beyond the q8 groups that only the staged kernels read: the prep kernel
+// writes them only for the calls whose plan runs those kernels.
+constexpr bool reads_fragment_acts(HeadKernel k) { return k == HeadKernel::q5k_mma; }
+constexpr bool reads_lanes_acts(HeadKernel k) { return k == HeadKernel::q5k_lanes; }
+
 constexpr bool is_llamacpp_kernel(HeadKernel k) {
   return k == HeadKernel::llamacpp_tiled || k == HeadKernel::llamacpp_repack || k == HeadKernel::llamacpp_float_vec ||
          k == HeadKernel::llamacpp_float_sgemm || k == HeadKernel::q5k_stream_n_tiled ||

@@ -111,7 +111,7 @@ __device__ void quantize_q8_K_block(const float* x, int8_t* qs_out, float* d_out
   for (int h = 0; h < 2; ++h) {
     const int m = 2 * lane + h;
     const int off = ((m & 31) >> 3) * 80 + (m & 7) * 8 + (m >> 5) * 4;
-    *reinterpret_cast<uint32_t*>(frag_out + off) = h ? w1 : w0;
+    if (frag_out) *reinterpret_cast<uint32_t*>(frag_out + off) = h ? w1 : w0;
     // The lanes kernel's B (tokens 0, 1): word m = 8j + r is the only nonzero word lane 5r (r < 4,
     // slot b0) or 5r - 4 (r >= 4, slot b1) holds for sub-block j; every other slot stays zero.
     if (lanes_out) {
@@ -257,8 +257,9 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
       for (int b = warp; b < nb; b += nwarps)
         quantize_q8_K_block(xs + 256 * b, p.act_qs + (size_t(b) * kMaxTokens + t) * kActPitch,
                             p.act_d + size_t(b) * kMaxTokens + t, p.act_bsp + (size_t(b) * kMaxTokens + t) * 4,
-                            p.act_frag + (size_t(b) * kMaxTokens + t) * kFragPitch,
-                            t < kLanesTokens ? p.act_lanes + (size_t(b) * kLanesTokens + t) * 32 * kLanesPitch : nullptr,
+                            p.act_frag ? p.act_frag + (size_t(b) * kMaxTokens + t) * kFragPitch : nullptr,
+                            p.act_lanes && t < kLanesTokens ? p.act_lanes + (size_t(b) * kLanesTokens + t) * 32 * kLanesPitch
+                                                            : nullptr,
                             t < p.positive_amax_tokens);
       break;
     }
