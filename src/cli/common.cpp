@@ -11,6 +11,7 @@
 #include "gguf/gguf.hpp"
 #include "quant/blocks.hpp"
 #include "quant/quantize.hpp"
+#include "synth/splitmix64.hpp"
 
 namespace lmhead::cli {
 
@@ -187,31 +188,11 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
 
 namespace {
 
-// splitmix64: a tiny, well-mixed generator; each row gets its own stream so rows can be produced
-// in any order and a checkpoint's bytes depend only on (seed, shape, type).
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
-  float gaussian() {
-    // Box-Muller; u1 is kept away from 0 so the log is finite.
-    const double u1 = uniform() * (1.0 - 1e-12) + 1e-12, u2 = uniform();
-    return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-  }
-  void fill_bytes(uint8_t* p, size_t n) {
-    while (n >= 8) { const uint64_t v = next(); std::memcpy(p, &v, 8); p += 8; n -= 8; }
-    if (n) { const uint64_t v = next(); std::memcpy(p, &v, n); }
-  }
-};
+using synth::SplitMix64;
 
 // One random but valid row: any bytes are a valid K-quant block once d/dmin are finite, so the
 // scales are set to small f16 values that keep the weights near N(0, 0.02).
-void random_row(TensorType type, int64_t hidden, Rng& rng, uint8_t* row) {
+void random_row(TensorType type, int64_t hidden, SplitMix64& rng, uint8_t* row) {
   using namespace quant;
   const int64_t nb = hidden / 256;
   auto small_f16 = [&](float base) { return f32_to_f16(base * float(0.5 + rng.uniform())); };
@@ -252,7 +233,7 @@ void random_row(TensorType type, int64_t hidden, Rng& rng, uint8_t* row) {
 }  // namespace
 
 std::vector<float> synthetic_hidden(int64_t tokens, int64_t hidden, uint64_t seed) {
-  Rng rng{seed * 0x2545F4914F6CDD1Dull + 7};
+  SplitMix64 rng{seed * 0x2545F4914F6CDD1Dull + 7};
   std::vector<float> h(size_t(tokens) * hidden);
   for (float& v : h) v = rng.gaussian();
   return h;
@@ -286,7 +267,7 @@ void make_checkpoint(const std::string& path, const MakeOptions& o) {
     tokens.push_back(i < 7 ? specials[i] : "tok" + std::to_string(i));
   w.add_string_array("tokenizer.ggml.tokens", std::move(tokens));
 
-  Rng gamma_rng{o.seed ^ 0x5bd1e995u};
+  SplitMix64 gamma_rng{o.seed ^ 0x5bd1e995u};
   std::vector<float> gamma(o.hidden);
   for (float& g : gamma) g = 1.0f + 0.1f * gamma_rng.gaussian();
   std::vector<uint8_t> gamma_bytes(gamma.size() * 4);
@@ -301,7 +282,7 @@ void make_checkpoint(const std::string& path, const MakeOptions& o) {
                    const int64_t r = int64_t(offset / row_bytes);
                    const uint64_t in_row = offset % row_bytes;
                    if (r != row_in_buffer) {
-                     Rng rng{o.seed * 0x9E3779B97F4A7C15ull ^ uint64_t(r) * 0xD1B54A32D192ED03ull};
+                     SplitMix64 rng{o.seed * 0x9E3779B97F4A7C15ull ^ uint64_t(r) * 0xD1B54A32D192ED03ull};
                      random_row(type, o.hidden, rng, row.data());
                      row_in_buffer = r;
                    }
