@@ -7,8 +7,8 @@
 #include "cli/common.hpp"
 #include "compare/svg_plot.hpp"
 #include "gguf/gguf.hpp"
+#include "gguf/hidden_states.hpp"
 #include "io/atomic_file.hpp"
-#include "io/hidden_input.hpp"
 #include "io/npy.hpp"
 #include "lmhead/compare.hpp"
 
@@ -96,7 +96,7 @@ Logits run_inline(const std::string& spec, const std::string& hidden_spec) {
   RunOptions opts = route.options();  // names a bad activations/softcap/input value
   auto model = Model::open(model_path);
   const HeadConfig& c = model->config();
-  const io::HiddenStates h = io::load_hidden(hidden_spec, c.hidden);
+  const io::HiddenStates h = gguf::load_hidden(hidden_spec, c.hidden);
 
   Logits out;
   out.name = spec;

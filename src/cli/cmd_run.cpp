@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.hpp"
-#include "io/hidden_input.hpp"
+#include "gguf/hidden_states.hpp"
 #include "io/npy.hpp"
 
 namespace lmhead::cli {
@@ -68,7 +68,7 @@ int run(const RunArgs& a) {
 
   auto model = Model::open(a.model, a.model_args.options());
   const HeadConfig& c = model->config();
-  const io::HiddenStates hidden = io::load_hidden(a.hidden);
+  const io::HiddenStates hidden = gguf::load_hidden(a.hidden);
   if (hidden.hidden != c.hidden)
     throw Error("hidden state '" + a.hidden + "' has " + std::to_string(hidden.hidden) +
                 " values per token, the model's hidden size is " + std::to_string(c.hidden));

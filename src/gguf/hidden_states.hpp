@@ -1,0 +1,24 @@
+#pragma once
+// Hidden states in a GGUF file (FILE.gguf:TENSOR, e.g. a golden vectors file's `hidden`): an F32
+// tensor of ggml dims [H, T] (a 1-token tensor may be stored with n_dims 1). Here rather than in io,
+// because reading it needs the GGUF reader and io is the layer below it.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "io/npy.hpp"
+
+namespace lmhead::gguf {
+
+class File;
+
+// The F32 tensor `tensor` of an already-open GGUF file, as T x H. When expected_hidden > 0 the hidden
+// size must match it. Every value must be finite: a NaN or infinity is an error naming the token
+// and the index.
+io::HiddenStates hidden_from_gguf(const File& file, std::string_view tensor, int64_t expected_hidden = 0);
+
+// Loads a hidden-state INPUT (io/hidden_input.hpp): a .npy path or FILE.gguf:TENSOR, with the same
+// checks.
+io::HiddenStates load_hidden(const std::string& spec, int64_t expected_hidden = 0);
+
+}  // namespace lmhead::gguf
