@@ -6,6 +6,7 @@
 #include "gguf/gguf.hpp"
 #include "io/hidden_input.hpp"
 #include "lmhead/error.hpp"
+#include "lmhead/files.hpp"
 
 namespace lmhead::gguf {
 
@@ -44,13 +45,17 @@ io::HiddenStates hidden_from_gguf(const File& file, std::string_view tensor, int
   return out;
 }
 
-io::HiddenStates load_hidden(const std::string& spec, int64_t expected_hidden) {
-  const io::HiddenInputSpec parsed = io::parse_hidden_input_spec(spec);
+}  // namespace lmhead::gguf
+
+namespace lmhead {
+
+HiddenStates load_hidden_states(const std::string& input, int64_t expected_hidden) {
+  const io::HiddenInputSpec parsed = io::parse_hidden_input_spec(input);
   if (!parsed.tensor.empty()) {
-    auto file = File::open(parsed.path);
-    return hidden_from_gguf(*file, parsed.tensor, expected_hidden);
+    auto file = gguf::File::open(parsed.path);
+    return gguf::hidden_from_gguf(*file, parsed.tensor, expected_hidden);
   }
-  io::HiddenStates out = io::read_npy_f32(parsed.path);
+  HiddenStates out = read_npy_f32(parsed.path);
   if (expected_hidden > 0 && out.hidden != expected_hidden)
     throw Error(parsed.path + ": hidden size (last dim) is " + std::to_string(out.hidden) + ", the model's is " +
                 std::to_string(expected_hidden));
@@ -58,4 +63,4 @@ io::HiddenStates load_hidden(const std::string& spec, int64_t expected_hidden) {
   return out;
 }
 
-}  // namespace lmhead::gguf
+}  // namespace lmhead
