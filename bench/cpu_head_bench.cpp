@@ -21,6 +21,7 @@
 #include "cpu/kernels.hpp"
 #include "cpu/read_stream.hpp"
 #include "cpu/thread_pool.hpp"
+#include "lmhead/bench.hpp"
 #include "quant/activation.hpp"
 #include "synth/synthetic_head.hpp"
 
@@ -69,12 +70,6 @@ SyntheticHead& muse_head(TensorType type) {
 }
 
 std::vector<float> random_hidden(int tokens, int64_t hidden) { return synth::normal_floats(size_t(tokens) * hidden, 1234); }
-
-std::string with_commas(uint64_t v) {
-  std::string s = std::to_string(v);
-  for (int i = int(s.size()) - 3; i > 0; i -= 3) s.insert(size_t(i), ",");
-  return s;
-}
 
 // A 1 GiB buffer the read ceiling streams, first touched by the same pool that reads it.
 struct CeilingBuffer {
