@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -22,11 +21,15 @@
 #include "cpu/kernels.hpp"
 #include "cpu/read_stream.hpp"
 #include "cpu/thread_pool.hpp"
-#include "cpu/synthetic_head.hpp"
+#include "lmhead/bench.hpp"
 #include "quant/activation.hpp"
+#include "synth/synthetic_head.hpp"
 
 namespace lmhead::cpu {
 namespace {
+
+using synth::fill_synthetic_rows;
+using synth::row_bytes_of;
 
 constexpr int64_t kMuseVocab = 202048, kMuseHidden = 6656;
 
@@ -66,19 +69,7 @@ SyntheticHead& muse_head(TensorType type) {
   return head;
 }
 
-std::vector<float> random_hidden(int tokens, int64_t hidden) {
-  std::mt19937 rng{1234};
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(size_t(tokens) * hidden);
-  for (float& v : x) v = normal(rng);
-  return x;
-}
-
-std::string with_commas(uint64_t v) {
-  std::string s = std::to_string(v);
-  for (int i = int(s.size()) - 3; i > 0; i -= 3) s.insert(size_t(i), ",");
-  return s;
-}
+std::vector<float> random_hidden(int tokens, int64_t hidden) { return synth::normal_floats(size_t(tokens) * hidden, 1234); }
 
 // A 1 GiB buffer the read ceiling streams, first touched by the same pool that reads it.
 struct CeilingBuffer {

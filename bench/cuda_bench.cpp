@@ -17,19 +17,13 @@
 #include "cuda/cuda_backend.hpp"
 #include "cuda/multi_gpu.hpp"
 #include "quant/blocks.hpp"
+#include "synth/splitmix64.hpp"
 
 using namespace lmhead;
 
 namespace {
 
 constexpr int64_t kVocab = 202048, kHidden = 6656;
-
-uint64_t splitmix(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 struct Head {
   std::vector<uint8_t> weights;
@@ -52,18 +46,16 @@ Head make_head(TensorType type, uint64_t seed, float d_scale = kUnsaturatedScale
   std::vector<std::thread> pool;
   for (unsigned w = 0; w < threads; ++w)
     pool.emplace_back([&, w] {
-      uint64_t s = seed * 1000003 + w;
+      synth::SplitMix64 rng{seed * 1000003 + w};
       for (int64_t r = w; r < kVocab; r += threads) {
         uint8_t* row = h.weights.data() + size_t(r) * row_bytes;
-        for (uint64_t i = 0; i + 8 <= row_bytes; i += 8) {
-          const uint64_t v = splitmix(s);
-          std::memcpy(row + i, &v, 8);
-        }
-        for (uint64_t i = row_bytes / 8 * 8; i < row_bytes; ++i) row[i] = uint8_t(splitmix(s));
+        rng.fill_bytes(row, row_bytes / 8 * 8);
+        // A tail of fewer than eight bytes takes one draw per byte here (Q6_K rows end 4 bytes past a word).
+        for (uint64_t i = row_bytes / 8 * 8; i < row_bytes; ++i) row[i] = uint8_t(rng.next());
         const int64_t nb = kHidden / info->block_elems;
         for (int64_t b = 0; b < nb; ++b) {
           uint8_t* blk = row + size_t(b) * info->block_bytes;
-          const float u = float(splitmix(s) >> 40) / float(1 << 24);
+          const float u = rng.unit24();
           const uint16_t d = quant::f32_to_f16(d_scale * (0.001f + 0.02f * u));
           const uint16_t dmin = quant::f32_to_f16(d_scale * (0.0005f + 0.01f * u));
           switch (type) {
@@ -78,8 +70,8 @@ Head make_head(TensorType type, uint64_t seed, float d_scale = kUnsaturatedScale
     });
   for (auto& t : pool) t.join();
   h.gamma.resize(kHidden);
-  uint64_t s = seed;
-  for (auto& g : h.gamma) g = 0.5f + float(splitmix(s) >> 40) / float(1 << 24);
+  synth::SplitMix64 gamma_rng{seed};
+  for (auto& g : h.gamma) g = 0.5f + gamma_rng.unit24();
   h.view.type = type;
   h.view.weights = h.weights.data();
   h.view.vocab = kVocab;

@@ -1,6 +1,6 @@
 // libFuzzer target: the CLI's FILE.gguf:TENSOR hidden-state input. The bytes are parsed as a GGUF
 // file (gguf::File::from_bytes) and each of its tensors, plus the golden vectors file's usual name
-// `hidden` and a name that is absent, is loaded with io::hidden_from_gguf, with and without an
+// `hidden` and a name that is absent, is loaded with gguf::hidden_from_gguf, with and without an
 // expected hidden size. The input's first bytes also go through the INPUT spec splitter.
 #include <algorithm>
 #include <string>
@@ -8,6 +8,7 @@
 
 #include "fuzz_common.hpp"
 #include "gguf/gguf.hpp"
+#include "gguf/hidden_states.hpp"
 #include "io/hidden_input.hpp"
 #include "lmhead/error.hpp"
 
@@ -17,7 +18,7 @@ namespace {
 
 void load(const gguf::File& file, std::string_view tensor, int64_t expected_hidden) {
   try {
-    io::HiddenStates states = io::hidden_from_gguf(file, tensor, expected_hidden);
+    io::HiddenStates states = gguf::hidden_from_gguf(file, tensor, expected_hidden);
     if (states.tokens <= 0 || states.hidden <= 0) __builtin_trap();
     if (expected_hidden > 0 && states.hidden != expected_hidden) __builtin_trap();
     if (states.values.size() != static_cast<uint64_t>(states.tokens) * static_cast<uint64_t>(states.hidden)) __builtin_trap();

@@ -7,12 +7,12 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "lmhead/lmhead.hpp"
+#include "synth/synthetic_head.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -22,13 +22,7 @@ using lmhead::testing::same_bytes;
 
 const std::string kSmall = "tail-q5k-v4096-h256.gguf";
 
-std::vector<float> random_hidden(size_t n, unsigned seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
+std::vector<float> random_hidden(size_t n, unsigned seed) { return lmhead::synth::normal_floats(n, seed); }
 
 struct Handles {
   lmhead_model* model = nullptr;

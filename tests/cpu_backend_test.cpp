@@ -11,12 +11,15 @@
 #include "backend/backend.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cpu/kernels.hpp"
-#include "cpu/synthetic_head.hpp"
 #include "cpu/thread_pool.hpp"
 #include "lmhead/lmhead.hpp"
+#include "synth/synthetic_head.hpp"
 
 namespace lmhead::cpu {
 namespace {
+
+using synth::fill_synthetic_rows;
+using synth::row_bytes_of;
 
 bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -61,11 +64,7 @@ TestHead make_head(TensorType type, int64_t vocab, int64_t hidden, float softcap
 }
 
 std::vector<float> random_hidden(int tokens, int64_t hidden, uint64_t seed, float amplitude = 3.0f) {
-  std::mt19937 rng{uint32_t(seed)};
-  std::normal_distribution<float> normal(0.0f, amplitude);
-  std::vector<float> x(size_t(tokens) * hidden);
-  for (float& v : x) v = normal(rng);
-  return x;
+  return synth::normal_floats(size_t(tokens) * hidden, uint32_t(seed), amplitude);
 }
 
 void expect_same_outputs(const ForwardOutput& got, const ForwardOutput& want, const ForwardRequest& req) {

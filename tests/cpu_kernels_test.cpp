@@ -11,12 +11,15 @@
 #include <vector>
 
 #include "cpu/kernels.hpp"
-#include "cpu/synthetic_head.hpp"
 #include "quant/activation.hpp"
 #include "quant/vec_dot.hpp"
+#include "synth/synthetic_head.hpp"
 
 namespace lmhead::cpu {
 namespace {
+
+using synth::fill_synthetic_rows;
+using synth::row_bytes_of;
 
 constexpr uint32_t kSentinel = 0x7fc0dead;  // a NaN no kernel computes
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gguf/gguf.hpp"
+#include "gguf/hidden_states.hpp"
 #include "gguf_test_builder.hpp"
 #include "hardening_util.hpp"
 #include "io/hidden_input.hpp"
@@ -303,7 +304,7 @@ TEST(FuzzCorpus, EverySeedIsHandledAndTheValidOnesAccepted) {
         auto file = gguf::File::from_bytes(bytes, path);
         ++accepted;
         if (const gguf::TensorInfo* hidden = file->find_tensor("hidden"); hidden && hidden->type == TensorType::F32)
-          try { io::hidden_from_gguf(*file, "hidden"); } catch (const Error&) {}
+          try { gguf::hidden_from_gguf(*file, "hidden"); } catch (const Error&) {}
       } catch (const Error& e) {
         EXPECT_FALSE(valid) << path << ": " << e.what();
       }

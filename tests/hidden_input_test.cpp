@@ -7,8 +7,10 @@
 #include <limits>
 
 #include "gguf/gguf.hpp"
+#include "gguf/hidden_states.hpp"
 #include "io/hidden_input.hpp"
 #include "lmhead/error.hpp"
+#include "lmhead/files.hpp"
 #include "test_util.hpp"
 
 namespace lmhead::io {
@@ -20,7 +22,7 @@ const std::string kData = LMHEAD_TEST_DATA;
 
 std::string error_of(const std::string& spec, int64_t expected_hidden = 0) {
   try {
-    load_hidden(spec, expected_hidden);
+    load_hidden_states(spec, expected_hidden);
   } catch (const Error& e) {
     return e.what();
   }
@@ -67,20 +69,20 @@ TEST(HiddenInputSpec, RefusesGgufWithoutTensor) {
 
 TEST(HiddenInput, GoldenVectorsThreeTokens) {
   const std::string file = kData + "/tail-q5k-v4099-h512.vectors.gguf";
-  HiddenStates h = load_hidden(file + ":hidden", 512);
+  HiddenStates h = load_hidden_states(file + ":hidden", 512);
   EXPECT_EQ(h.tokens, 3);
   EXPECT_EQ(h.hidden, 512);
   ASSERT_EQ(h.values.size(), 3u * 512);
   auto g = gguf::File::open(file);
   EXPECT_EQ(std::memcmp(h.values.data(), g->find_tensor("hidden")->data, 3 * 512 * 4), 0);
   // Other stages of the vectors file read the same way (logits are [V, T]).
-  HiddenStates logits = load_hidden(file + ":logits_capped");
+  HiddenStates logits = load_hidden_states(file + ":logits_capped");
   EXPECT_EQ(logits.tokens, 3);
   EXPECT_EQ(logits.hidden, 4099);
 }
 
 TEST(HiddenInput, GoldenVectorsOneTokenStoredWithOneDim) {
-  HiddenStates h = load_hidden(kData + "/tail-q5k-v4096-h256.vectors.gguf:hidden", 256);
+  HiddenStates h = load_hidden_states(kData + "/tail-q5k-v4096-h256.vectors.gguf:hidden", 256);
   EXPECT_EQ(h.tokens, 1);
   EXPECT_EQ(h.hidden, 256);
   EXPECT_EQ(h.values.size(), 256u);
@@ -147,7 +149,7 @@ TEST(HiddenInput, NpyPathAndHiddenSizeCheck) {
   TempDir dir;
   const std::string path = dir.file("ok.npy");
   write_npy_f32(path, {2, 16}, values.data());
-  HiddenStates h = load_hidden(path, 16);
+  HiddenStates h = load_hidden_states(path, 16);
   EXPECT_EQ(h.tokens, 2);
   EXPECT_EQ(h.hidden, 16);
   EXPECT_EQ(h.values[31], 31.0f);
@@ -168,7 +170,7 @@ TEST(HiddenInput, FromBytesForFuzzing) {
   float v[4] = {1, 2, 3, 4};
   put(v, 16);
   auto g = gguf::File::from_bytes(file, "mem.gguf");
-  HiddenStates h = hidden_from_gguf(*g, "h");
+  HiddenStates h = gguf::hidden_from_gguf(*g, "h");
   EXPECT_EQ(h.tokens, 1);
   EXPECT_EQ(h.hidden, 4);
   EXPECT_EQ(h.values[3], 4.0f);

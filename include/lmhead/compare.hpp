@@ -103,6 +103,20 @@ Comparison compare(std::span<const double> a, std::span<const double> b, int64_t
 // Evaluates a policy on a finished comparison (compare() does this with options.policy).
 std::vector<ClauseResult> evaluate(const Policy& policy, const Comparison& c);
 
+// The picture of `lmhead compare --plot`: one self-contained SVG with the histogram of |a - b|, the
+// histogram of the ulp distance, and |a - b| against B's value (B is the reference). a and b of
+// equal length; the scatter is drawn as a density grid, so the file stays small at any vocabulary.
+std::string comparison_svg(std::span<const double> a, std::span<const double> b, const std::string& title);
+
+// Logits [tokens, vocab] as `lmhead compare` reads a side from a file: a .npy of f32 ([V] reads as
+// one token, [T, V] as T tokens) or FILE.gguf:TENSOR, an F32 tensor of ggml dims [V] or [V, T] (a
+// golden vectors file's logits_capped). Throws Error naming `spec` and the problem.
+struct LogitsFile {
+  int64_t tokens = 0, vocab = 0;
+  std::vector<float> values;
+};
+LogitsFile read_logits(const std::string& spec);
+
 // The f64 oracle of a checkpoint's head: RMSNorm (unless input is normed), the dequantized weights
 // (exact per numerics.md §3) times the activations, logit scale and soft cap, all in double, no
 // activation quantization. Returns [tokens, vocab] capped logits (or the stage asked for).

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lmhead/bench.hpp"  // the read ceilings, which each backend implements
 #include "lmhead/lmhead.hpp"
 #include "quant/llamacpp_route.hpp"
 #include "select/token_summary.hpp"
@@ -106,11 +107,5 @@ std::unique_ptr<Backend> make_multi_gpu_backend(const HeadView& head, int shards
 // rank 0 writes atomically to `id_file` (src/dist/). Throws Error when built without NCCL.
 std::unique_ptr<Backend> make_nccl_rank_backend(const HeadView& head, int rank, int ranks, const std::string& id_file);
 bool cuda_available(std::string* why_not = nullptr);
-
-// Read ceilings measured in the same run as a benchmark figure (bytes streamed, GB/s = 1e9 B/s).
-// CPU: an AVX2 (or scalar) read of `bytes` from DRAM with `threads` threads, best of a few passes.
-double measure_cpu_read_ceiling_gbps(uint64_t bytes, int threads);
-// CUDA: a read-only stream of `bytes` on the device, best of a few passes.
-double measure_cuda_read_ceiling_gbps(uint64_t bytes);
 
 }  // namespace lmhead

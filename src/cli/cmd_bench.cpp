@@ -6,8 +6,7 @@
 #include <sstream>
 #include <thread>
 
-#include "backend/backend.hpp"
-#include "cli/common.hpp"
+#include "common.hpp"
 
 namespace lmhead::cli {
 namespace {
@@ -118,7 +117,7 @@ int bench(const BenchArgs& a) {
     return ms;
   };
   for (int T : token_counts) {
-    const std::vector<float> hidden = synthetic_hidden(T, c.hidden, 1234 + T);
+    const std::vector<float> hidden = synthetic_hidden_states(T, c.hidden, 1234 + T);
     RunResult last;
     const std::vector<double> ms = time_runs(engine, hidden, T, last);
     const double median = ms[ms.size() / 2], lo = ms.front(), hi = ms.back();

@@ -1,16 +1,11 @@
 // `lmhead compare A B`: two engines' logits under a bounded-logit policy (numerics.md §9). A thin
 // client of lmhead/compare.hpp; exit 0 when the policy holds, 1 when it is violated, 2 on bad input.
 #include <cstdio>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "cli/common.hpp"
-#include "compare/svg_plot.hpp"
-#include "gguf/gguf.hpp"
-#include "io/atomic_file.hpp"
-#include "io/hidden_input.hpp"
-#include "io/npy.hpp"
+#include "common.hpp"
 #include "lmhead/compare.hpp"
+#include "lmhead/files.hpp"
 
 namespace lmhead::cli {
 namespace {
@@ -96,7 +91,7 @@ Logits run_inline(const std::string& spec, const std::string& hidden_spec) {
   RunOptions opts = route.options();  // names a bad activations/softcap/input value
   auto model = Model::open(model_path);
   const HeadConfig& c = model->config();
-  const io::HiddenStates h = io::load_hidden(hidden_spec, c.hidden);
+  const HiddenStates h = load_hidden_states(hidden_spec, c.hidden);
 
   Logits out;
   out.name = spec;
@@ -120,30 +115,12 @@ Logits run_inline(const std::string& spec, const std::string& hidden_spec) {
 
 Logits load_logits(const std::string& spec, const std::string& hidden_spec) {
   if (spec.rfind("run:", 0) == 0) return run_inline(spec, hidden_spec);
+  LogitsFile file = read_logits(spec);
   Logits out;
   out.name = spec;
-  const size_t colon = spec.rfind(':');
-  if (colon != std::string::npos && ends_with(std::string_view(spec).substr(0, colon), ".gguf")) {
-    const std::string path = spec.substr(0, colon), tensor = spec.substr(colon + 1);
-    if (tensor.empty()) throw Error("'" + spec + "': empty tensor name after ':' (FILE.gguf:TENSOR)");
-    auto file = gguf::File::open(path);
-    const gguf::TensorInfo* t = file->find_tensor(tensor);
-    if (t == nullptr) throw Error("'" + spec + "': no tensor named '" + tensor + "' in " + path);
-    if (t->type != TensorType::F32)
-      throw Error("'" + spec + "': tensor is " + std::string(tensor_type_name(t->type)) + ", logits must be F32");
-    if (t->n_dims > 2 || t->dims[2] != 1 || t->dims[3] != 1)
-      throw Error("'" + spec + "': tensor has " + std::to_string(t->n_dims) + " dims, logits are [V] or ggml [V, T]");
-    out.vocab = t->dims[0];
-    out.tokens = t->dims[1];
-    out.f.resize(size_t(t->elements()));
-    std::memcpy(out.f.data(), t->data, out.f.size() * sizeof(float));
-    return out;
-  }
-  if (ends_with(spec, ".gguf")) throw Error("'" + spec + "': a GGUF file needs a tensor name, FILE.gguf:TENSOR");
-  io::HiddenStates s = io::read_npy_f32(spec);  // [V] reads as 1 x V, [T, V] as T x V
-  out.tokens = s.tokens;
-  out.vocab = s.hidden;
-  out.f = std::move(s.values);
+  out.tokens = file.tokens;
+  out.vocab = file.vocab;
+  out.f = std::move(file.values);
   return out;
 }
 
@@ -182,8 +159,7 @@ int run_compare(const CompareArgs& args) {
   const Comparison c = compare_logits(a, b, o);
 
   if (!args.plot.empty()) {
-    const std::string svg = compare_plot::comparison_svg(as_double(a), as_double(b), "A: " + args.a + "   B: " + args.b);
-    io::write_file_atomically(args.plot, [&](io::AtomicFile& f) { f.write(svg.data(), svg.size()); });
+    write_file_atomically(args.plot, comparison_svg(as_double(a), as_double(b), "A: " + args.a + "   B: " + args.b));
   }
 
   if (args.json) {

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "cli/common.hpp"
+#include "common.hpp"
 
 namespace lmhead::cli {
 namespace {
@@ -39,7 +39,8 @@ int demo(const DemoArgs& a) {
   if (!exists(path)) {
     std::printf("creating the Muse Glimmer-shaped checkpoint once: %s\n", path.c_str());
     std::fflush(stdout);
-    make_checkpoint(path, MakeOptions{});
+    const MakeOptions muse;  // the defaults: the Muse Glimmer shape
+    make_checkpoint(path, muse);
   } else {
     std::printf("using cached checkpoint %s\n", path.c_str());
   }
@@ -50,7 +51,7 @@ int demo(const DemoArgs& a) {
               with_commas(c.hidden).c_str(), with_commas(c.head_bytes).c_str(), c.logit_scale, c.softcap);
 
   Engine engine(model, a.backend.engine_options());
-  const std::vector<float> hidden = synthetic_hidden(a.tokens, c.hidden, 42);
+  const std::vector<float> hidden = synthetic_hidden_states(a.tokens, c.hidden, 42);
   RunOptions ro;
   ro.top_k = 5;
   ro.logprobs = true;

@@ -2,7 +2,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "cli/common.hpp"
+#include "common.hpp"
 
 namespace lmhead::cli {
 

@@ -7,9 +7,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "cli/common.hpp"
-#include "io/hidden_input.hpp"
-#include "io/npy.hpp"
+#include "common.hpp"
+#include "lmhead/files.hpp"
 
 namespace lmhead::cli {
 namespace {
@@ -49,7 +48,7 @@ void dump_stages(const std::string& dir, const RunResult& r, const HeadConfig& c
   const int64_t T = r.tokens;
   auto write = [&](const char* name, const std::vector<float>& v, int64_t width) {
     if (v.empty()) return;
-    io::write_npy_f32(dir + "/" + name, {T, width}, v.data());
+    write_npy_f32(dir + "/" + name, {T, width}, v.data());
   };
   write("normed.npy", r.stages.normed, c.hidden);
   write("logits_raw.npy", r.stages.raw, c.vocab);
@@ -68,7 +67,7 @@ int run(const RunArgs& a) {
 
   auto model = Model::open(a.model, a.model_args.options());
   const HeadConfig& c = model->config();
-  const io::HiddenStates hidden = io::load_hidden(a.hidden);
+  const HiddenStates hidden = load_hidden_states(a.hidden);
   if (hidden.hidden != c.hidden)
     throw Error("hidden state '" + a.hidden + "' has " + std::to_string(hidden.hidden) +
                 " values per token, the model's hidden size is " + std::to_string(c.hidden));
@@ -77,7 +76,7 @@ int run(const RunArgs& a) {
   Engine engine(model, a.backend.engine_options());
   const RunResult r = engine.run(hidden.values, int(hidden.tokens), opts);
 
-  if (!a.out.empty()) io::write_npy_f32(a.out, {r.tokens, c.vocab}, r.logits.data());
+  if (!a.out.empty()) write_npy_f32(a.out, {r.tokens, c.vocab}, r.logits.data());
   if (!a.dump.empty()) dump_stages(a.dump, r, c);
 
   if (a.json) {

@@ -2,9 +2,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "cli/common.hpp"
-#include "io/hidden_input.hpp"
-#include "io/npy.hpp"
+#include "common.hpp"
+#include "lmhead/files.hpp"
 
 namespace lmhead::cli {
 namespace {
@@ -43,7 +42,7 @@ int verify(const VerifyArgs& a) {
   opts.sampling = a.sample.options();
   auto model = Model::open(a.model, a.model_args.options());
   const HeadConfig& c = model->config();
-  const io::HiddenStates hidden = io::load_hidden(a.hidden);
+  const HiddenStates hidden = load_hidden_states(a.hidden);
   if (hidden.hidden != c.hidden)
     throw Error("hidden state '" + a.hidden + "' has " + std::to_string(hidden.hidden) +
                 " values per token, the model's hidden size is " + std::to_string(c.hidden));
@@ -54,7 +53,7 @@ int verify(const VerifyArgs& a) {
                 " (the state before each draft token and the one after the last)");
   std::vector<float> q;
   if (!a.draft_probs.empty()) {
-    const io::HiddenStates p = io::read_npy_f32(a.draft_probs);
+    const HiddenStates p = read_npy_f32(a.draft_probs);
     if (p.tokens != int64_t(draft.size()) || p.hidden != c.vocab)
       throw Error("draft probabilities '" + a.draft_probs + "' are [" + std::to_string(p.tokens) + ", " +
                   std::to_string(p.hidden) + "], expected [" + std::to_string(draft.size()) + ", " +

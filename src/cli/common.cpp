@@ -1,16 +1,11 @@
-#include "cli/common.hpp"
+#include "common.hpp"
 
 #include <unistd.h>
 
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <optional>
-
-#include "gguf/gguf.hpp"
-#include "quant/blocks.hpp"
-#include "quant/quantize.hpp"
 
 namespace lmhead::cli {
 
@@ -185,133 +180,11 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
                "cuda, Q5_K: hold a second copy of the head on each GPU for faster 1- and 2-token calls");
 }
 
-namespace {
-
-// splitmix64: a tiny, well-mixed generator; each row gets its own stream so rows can be produced
-// in any order and a checkpoint's bytes depend only on (seed, shape, type).
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
-  float gaussian() {
-    // Box-Muller; u1 is kept away from 0 so the log is finite.
-    const double u1 = uniform() * (1.0 - 1e-12) + 1e-12, u2 = uniform();
-    return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-  }
-  void fill_bytes(uint8_t* p, size_t n) {
-    while (n >= 8) { const uint64_t v = next(); std::memcpy(p, &v, 8); p += 8; n -= 8; }
-    if (n) { const uint64_t v = next(); std::memcpy(p, &v, n); }
-  }
-};
-
-// One random but valid row: any bytes are a valid K-quant block once d/dmin are finite, so the
-// scales are set to small f16 values that keep the weights near N(0, 0.02).
-void random_row(TensorType type, int64_t hidden, Rng& rng, uint8_t* row) {
-  using namespace quant;
-  const int64_t nb = hidden / 256;
-  auto small_f16 = [&](float base) { return f32_to_f16(base * float(0.5 + rng.uniform())); };
-  switch (type) {
-    case TensorType::Q5_K: {
-      auto* b = reinterpret_cast<block_q5_K*>(row);
-      rng.fill_bytes(row, size_t(nb) * sizeof(block_q5_K));
-      for (int64_t i = 0; i < nb; ++i) { b[i].d = small_f16(2e-5f); b[i].dmin = small_f16(3e-4f); }
-      return;
-    }
-    case TensorType::Q4_K: {
-      auto* b = reinterpret_cast<block_q4_K*>(row);
-      rng.fill_bytes(row, size_t(nb) * sizeof(block_q4_K));
-      for (int64_t i = 0; i < nb; ++i) { b[i].d = small_f16(4e-5f); b[i].dmin = small_f16(3e-4f); }
-      return;
-    }
-    case TensorType::Q6_K: {
-      auto* b = reinterpret_cast<block_q6_K*>(row);
-      rng.fill_bytes(row, size_t(nb) * sizeof(block_q6_K));
-      for (int64_t i = 0; i < nb; ++i) b[i].d = small_f16(5e-6f);
-      return;
-    }
-    case TensorType::Q8_0: {
-      auto* b = reinterpret_cast<block_q8_0*>(row);
-      rng.fill_bytes(row, size_t(hidden / 32) * sizeof(block_q8_0));
-      for (int64_t i = 0; i < hidden / 32; ++i) b[i].d = small_f16(2e-4f);
-      return;
-    }
-    default: {
-      std::vector<float> values(hidden);
-      for (float& v : values) v = 0.02f * rng.gaussian();
-      quant::quantize_row(type, values.data(), row, hidden);
-      return;
-    }
-  }
-}
-
-}  // namespace
-
-std::vector<float> synthetic_hidden(int64_t tokens, int64_t hidden, uint64_t seed) {
-  Rng rng{seed * 0x2545F4914F6CDD1Dull + 7};
-  std::vector<float> h(size_t(tokens) * hidden);
-  for (float& v : h) v = rng.gaussian();
-  return h;
-}
-
 void make_checkpoint(const std::string& path, const MakeOptions& o) {
-  TensorType type;
-  if (!parse_tensor_type(o.type, type)) throw Error("unknown head type '" + o.type + "'");
-  const TensorTypeInfo* info = tensor_type_info(type);
-  if (!info->head_supported) throw Error("lmhead make cannot write a " + std::string(info->name) + " head");
-  if (o.vocab <= 0 || o.vocab > INT32_MAX) throw Error("--vocab must be between 1 and 2^31-1");
-  if (o.hidden <= 0 || o.hidden % info->block_elems != 0)
-    throw Error("--hidden must be a multiple of " + std::to_string(info->block_elems) + " for " + std::string(info->name));
-  if (!std::isfinite(o.logit_scale) || !std::isfinite(o.softcap) || o.softcap < 0)
-    throw Error("--logit-scale must be finite and --softcap finite and >= 0");
-
-  const uint64_t row_bytes = uint64_t(o.hidden / info->block_elems * info->block_bytes);
-  gguf::Writer w;
-  const std::string& a = o.arch;
-  w.add_string("general.architecture", a);
-  w.add_string("general.name", "lmhead synthetic " + a + " head");
-  w.add_u32(a + ".embedding_length", uint32_t(o.hidden));
-  w.add_u32(a + ".vocab_size", uint32_t(o.vocab));
-  w.add_f32(a + ".logit_scale", float(o.logit_scale));
-  w.add_f32(a + ".final_logit_softcapping", float(o.softcap));
-  w.add_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
-  std::vector<std::string> tokens;
-  tokens.reserve(o.vocab);
-  const char* specials[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|pad|>", "\n", "\"", "é", "日本"};
-  for (int64_t i = 0; i < o.vocab; ++i)
-    tokens.push_back(i < 7 ? specials[i] : "tok" + std::to_string(i));
-  w.add_string_array("tokenizer.ggml.tokens", std::move(tokens));
-
-  Rng gamma_rng{o.seed ^ 0x5bd1e995u};
-  std::vector<float> gamma(o.hidden);
-  for (float& g : gamma) g = 1.0f + 0.1f * gamma_rng.gaussian();
-  std::vector<uint8_t> gamma_bytes(gamma.size() * 4);
-  std::memcpy(gamma_bytes.data(), gamma.data(), gamma_bytes.size());
-  w.add_tensor("output_norm.weight", TensorType::F32, {o.hidden}, std::move(gamma_bytes));
-
-  std::vector<uint8_t> row(row_bytes);
-  int64_t row_in_buffer = -1;
-  w.add_tensor("output.weight", type, {o.hidden, o.vocab},
-               [&](uint8_t* dst, uint64_t offset, uint64_t nbytes) {
-                 while (nbytes > 0) {
-                   const int64_t r = int64_t(offset / row_bytes);
-                   const uint64_t in_row = offset % row_bytes;
-                   if (r != row_in_buffer) {
-                     Rng rng{o.seed * 0x9E3779B97F4A7C15ull ^ uint64_t(r) * 0xD1B54A32D192ED03ull};
-                     random_row(type, o.hidden, rng, row.data());
-                     row_in_buffer = r;
-                   }
-                   const uint64_t n = std::min<uint64_t>(nbytes, row_bytes - in_row);
-                   std::memcpy(dst, row.data() + in_row, n);
-                   dst += n; offset += n; nbytes -= n;
-                 }
-               });
+  SyntheticCheckpoint c = o.head;
+  if (!parse_tensor_type(o.type, c.type)) throw Error("unknown head type '" + o.type + "'");
   std::optional<ProgressBar> bar;
-  w.write(path, [&](uint64_t done, uint64_t total) {
+  write_synthetic_checkpoint(path, c, [&](uint64_t done, uint64_t total) {
     if (o.quiet) return;
     if (!bar) bar.emplace("writing " + path, total);
     bar->update(done);

@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "lmhead/bench.hpp"
 #include "lmhead/lmhead.hpp"
-#include "model/resources.hpp"
+#include "lmhead/synthetic.hpp"
 
 namespace lmhead::cli {
 
@@ -85,20 +86,13 @@ struct PathRange {
 };
 std::vector<PathRange> llamacpp_path_ranges(const HeadConfig& c);
 
-// Deterministic hidden states for demos and benchmarks: Gaussian-like values from a fixed seed.
-std::vector<float> synthetic_hidden(int64_t tokens, int64_t hidden, uint64_t seed);
-
-// Writes the synthetic checkpoint of `lmhead make` (also used by the demo to build its cache).
+// `lmhead make`'s options: the checkpoint, its head type as spelled on the command line, the bar.
 struct MakeOptions {
-  int64_t vocab = 202048;
-  int64_t hidden = 6656;
+  SyntheticCheckpoint head;
   std::string type = "q5_K";
-  std::string arch = "muse-glimmer";
-  double logit_scale = 0.196116;
-  double softcap = 20.0;
-  uint64_t seed = 1;
   bool quiet = false;
 };
+// Writes it with a progress bar (also used by the demo to build its cache).
 void make_checkpoint(const std::string& path, const MakeOptions& o);
 
 // The bill, what each backend moves, and the derived figures; file_bytes > 0 adds the head's share.

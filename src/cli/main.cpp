@@ -2,11 +2,11 @@
 #include <cstdio>
 #include <exception>
 
-#include "cli/common.hpp"
-#include "io/atomic_file.hpp"
+#include "common.hpp"
+#include "lmhead/files.hpp"
 
 int main(int argc, char** argv) {
-  lmhead::io::remove_temporaries_on_signals();
+  lmhead::remove_temporaries_on_signals();
   CLI::App app{"lmhead: the last stage of an LLM decoder step (RMSNorm, quantized LM head, logit scale, soft cap, token choice)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "lmhead 0.1.0");

@@ -1,4 +1,6 @@
-#include "compare/svg_plot.hpp"
+// The pictures of `lmhead compare --plot` (lmhead/compare.hpp): a self-contained SVG, no runtime
+// dependency.
+#include "lmhead/compare.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-namespace lmhead::compare_plot {
+namespace lmhead {
 namespace {
 
 constexpr int kWidth = 960, kPanel = 250, kLeft = 80, kRight = 30, kTop = 50, kGap = 70;
@@ -151,4 +153,4 @@ std::string comparison_svg(std::span<const double> a, std::span<const double> b,
   return svg;
 }
 
-}  // namespace lmhead::compare_plot
+}  // namespace lmhead

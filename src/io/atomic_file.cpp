@@ -170,12 +170,20 @@ void write_file_atomically(const std::string& path, const std::function<void(Ato
   file.commit();
 }
 
+}  // namespace lmhead::io
+
+namespace lmhead {
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+  io::write_file_atomically(path, [&](io::AtomicFile& f) { f.write(bytes.data(), bytes.size()); });
+}
+
 void remove_temporaries_on_signals() {
   struct sigaction action = {};
-  action.sa_handler = unlink_temporaries_and_reraise;
+  action.sa_handler = io::unlink_temporaries_and_reraise;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESETHAND;
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &action, nullptr);
 }
 
-}  // namespace lmhead::io
+}  // namespace lmhead

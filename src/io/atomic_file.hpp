@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "lmhead/files.hpp"
+
 namespace lmhead::io {
 
 class AtomicFile {
@@ -50,9 +52,7 @@ class AtomicFile {
 // returns normally, and an exception from it leaves no file under `path` and no temporary.
 void write_file_atomically(const std::string& path, const std::function<void(AtomicFile&)>& produce);
 
-// Installs SIGINT/SIGTERM/SIGHUP handlers that unlink every temporary an AtomicFile currently holds
-// open, then let the signal take its default action. A CLI calls this once; without it an
-// interrupted write leaves a PATH.tmp-* file behind (but still never a partial PATH).
-void remove_temporaries_on_signals();
+// lmhead/files.hpp's: the handlers unlink every temporary an AtomicFile currently holds open.
+using lmhead::remove_temporaries_on_signals;
 
 }  // namespace lmhead::io

@@ -239,11 +239,6 @@ HiddenStates parse_npy_f32(std::span<const uint8_t> bytes, const std::string& na
   return out;
 }
 
-HiddenStates read_npy_f32(const std::string& path) {
-  MappedFile file(path);
-  return parse_npy_f32(file.bytes(), path);
-}
-
 namespace {
 
 // The preamble and header of an f32 .npy of `shape`; returns the element count through `elements`.
@@ -282,13 +277,22 @@ std::vector<uint8_t> encode_npy_f32(const std::vector<int64_t>& shape, const flo
   return out;
 }
 
+}  // namespace lmhead::io
+
+namespace lmhead {
+
+HiddenStates read_npy_f32(const std::string& path) {
+  io::MappedFile file(path);
+  return io::parse_npy_f32(file.bytes(), path);
+}
+
 void write_npy_f32(const std::string& path, const std::vector<int64_t>& shape, const float* data) {
   uint64_t elements = 0;
-  std::vector<uint8_t> header = npy_header(shape, elements);
-  write_file_atomically(path, [&](AtomicFile& f) {
+  std::vector<uint8_t> header = io::npy_header(shape, elements);
+  io::write_file_atomically(path, [&](io::AtomicFile& f) {
     f.write(header);
     f.write(data, elements * 4);
   });
 }
 
-}  // namespace lmhead::io
+}  // namespace lmhead

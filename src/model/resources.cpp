@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "lmhead/bench.hpp"  // with_commas, for messages and the tool
 #include "lmhead/error.hpp"
 #include "lmhead/lmhead.hpp"
 

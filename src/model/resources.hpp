@@ -10,9 +10,6 @@ namespace lmhead {
 
 struct HeadConfig;
 
-// "924,571,648" (messages, and the CLI's figures).
-std::string with_commas(uint64_t n);
-
 // How much memory a CPU run may count on, and where the figure came from (for the message).
 struct MemoryLimit {
   uint64_t bytes = 0;  // 0: unknown, nothing is refused

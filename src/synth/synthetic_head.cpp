@@ -1,4 +1,4 @@
-#include "cpu/synthetic_head.hpp"
+#include "synth/synthetic_head.hpp"
 
 #include <cstring>
 #include <random>
@@ -6,33 +6,20 @@
 
 #include "lmhead/error.hpp"
 #include "quant/blocks.hpp"
+#include "synth/splitmix64.hpp"
 
-namespace lmhead::cpu {
+namespace lmhead::synth {
 namespace {
 
-// A fast deterministic byte source (splitmix64): the Muse shape is 924 MB of blocks.
-struct Bytes {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  void fill(uint8_t* p, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) { const uint64_t v = next(); std::memcpy(p + i, &v, 8); }
-    if (i < n) { const uint64_t v = next(); std::memcpy(p + i, &v, n - i); }
-  }
-  // A small positive f16 factor in [2^-10, 2^-6), now and then zero or subnormal.
-  uint16_t small_f16() {
-    const uint64_t v = next();
-    if ((v & 63) == 0) return 0;
-    if ((v & 63) == 1) return uint16_t(1 + (v >> 8) % 1023);  // subnormal
-    return uint16_t(((5 + (v >> 8) % 4) << 10) | ((v >> 16) & 0x3FF));
-  }
-  float unit() { return float(next() >> 40) / float(1 << 24) * 2.0f - 1.0f; }
-};
+// A small positive f16 factor in [2^-10, 2^-6), now and then zero or subnormal.
+uint16_t small_f16(SplitMix64& rng) {
+  const uint64_t v = rng.next();
+  if ((v & 63) == 0) return 0;
+  if ((v & 63) == 1) return uint16_t(1 + (v >> 8) % 1023);  // subnormal
+  return uint16_t(((5 + (v >> 8) % 4) << 10) | ((v >> 16) & 0x3FF));
+}
+
+float unit(SplitMix64& rng) { return rng.unit24() * 2.0f - 1.0f; }  // [-1, 1)
 
 void put_f16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
 
@@ -47,38 +34,38 @@ uint64_t row_bytes_of(TensorType type, int64_t hidden) {
 }
 
 void fill_synthetic_rows(TensorType type, int64_t rows, int64_t hidden, uint64_t seed, uint8_t* dst) {
-  Bytes rng{seed * 0x2545F4914F6CDD1Dull + 1};
+  SplitMix64 rng{seed * 0x2545F4914F6CDD1Dull + 1};
   const uint64_t row_bytes = row_bytes_of(type, hidden);
   const uint64_t total = row_bytes * uint64_t(rows);
   switch (type) {
     case TensorType::Q4_K:
     case TensorType::Q5_K: {
       const uint64_t bb = type == TensorType::Q4_K ? 144 : 176;
-      rng.fill(dst, total);
+      rng.fill_bytes(dst, total);
       for (uint64_t at = 0; at < total; at += bb) {
-        put_f16(dst + at, rng.small_f16());
-        put_f16(dst + at + 2, rng.small_f16());
+        put_f16(dst + at, small_f16(rng));
+        put_f16(dst + at + 2, small_f16(rng));
       }
       return;
     }
     case TensorType::Q6_K:
-      rng.fill(dst, total);
-      for (uint64_t at = 0; at < total; at += 210) put_f16(dst + at + 208, rng.small_f16());
+      rng.fill_bytes(dst, total);
+      for (uint64_t at = 0; at < total; at += 210) put_f16(dst + at + 208, small_f16(rng));
       return;
     case TensorType::Q8_0:
-      rng.fill(dst, total);
-      for (uint64_t at = 0; at < total; at += 34) put_f16(dst + at, rng.small_f16());
+      rng.fill_bytes(dst, total);
+      for (uint64_t at = 0; at < total; at += 34) put_f16(dst + at, small_f16(rng));
       return;
     case TensorType::F16:
     case TensorType::BF16:
       for (uint64_t at = 0; at < total; at += 2) {
-        const float v = rng.unit() * 0.1f;
+        const float v = unit(rng) * 0.1f;
         put_f16(dst + at, type == TensorType::F16 ? quant::f32_to_f16(v) : quant::f32_to_bf16(v));
       }
       return;
     case TensorType::F32:
       for (uint64_t at = 0; at < total; at += 4) {
-        const float v = rng.unit() * 0.1f;
+        const float v = unit(rng) * 0.1f;
         std::memcpy(dst + at, &v, 4);
       }
       return;
@@ -87,4 +74,12 @@ void fill_synthetic_rows(TensorType type, int64_t rows, int64_t hidden, uint64_t
   }
 }
 
-}  // namespace lmhead::cpu
+std::vector<float> normal_floats(size_t n, uint32_t seed, float stddev) {
+  std::mt19937 rng{seed};
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+}  // namespace lmhead::synth
