@@ -26,6 +26,7 @@
 #include "quant/blocks.hpp"
 #include "quant/llamacpp_route.hpp"
 #include "quant/quantize.hpp"
+#include "synth/splitmix64.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -36,13 +37,6 @@ using quant::LlamaCppPath;
 
 std::string set_path(const std::string& f) { return data_path("llamacpp/ggml-mul-mat/" + f); }
 
-uint64_t splitmix(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-float unit(uint64_t& s) { return float(splitmix(s) >> 40) * (1.0f / 16777216.0f); }
 
 uint64_t fnv1a(const void* p, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -104,12 +98,12 @@ std::vector<GgmlCase> load_cases() {
     g.activations_fnv1a = m["activations_fnv1a"][std::to_string(g.hidden)];
     const TensorTypeInfo* info = tensor_type_info(g.type);
     g.row_bytes = uint64_t(g.hidden / info->block_elems * info->block_bytes);
-    uint64_t s = 0x1000 + uint64_t(g.hidden);
+    synth::SplitMix64 s{0x1000 + uint64_t(g.hidden)};
     std::vector<float> wf(size_t(g.rows * g.hidden));
-    for (float& v : wf) v = (2 * unit(s) - 1) / 8;
+    for (float& v : wf) v = (2 * s.unit24() - 1) / 8;
     g.x.resize(size_t(kTokens * g.hidden));
     for (int t = 0; t < kTokens; ++t)
-      for (int64_t k = 0; k < g.hidden; ++k) g.x[size_t(t * g.hidden + k)] = (2 * unit(s) - 1) * float(1 + t % 5);
+      for (int64_t k = 0; k < g.hidden; ++k) g.x[size_t(t * g.hidden + k)] = (2 * s.unit24() - 1) * float(1 + t % 5);
     g.weights.resize(size_t(g.rows) * g.row_bytes);
     for (int64_t r = 0; r < g.rows; ++r)
       quant::quantize_row(g.type, wf.data() + r * g.hidden, g.weights.data() + r * g.row_bytes, g.hidden);

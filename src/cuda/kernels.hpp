@@ -98,7 +98,6 @@ struct HeadParams {
   unsigned* done_flag = nullptr;     // mapped host memory: call_seq, written after the results
   TokenResult* results = nullptr;    // [kMaxTokens] mapped host memory
   float* max_out = nullptr;          // [kMaxTokens] device copy of each token's max
-  int prefetch_l2 = 0;               // bulk-prefetch each warp's first tile into L2 before waiting
   const uint8_t* stream_weights = nullptr;    // the head's lanes-split stream layout (stream_layout.hpp)
   const uint8_t* stream_n_weights = nullptr;  // Q5_K in the stream layout, sub-blocks split
 };

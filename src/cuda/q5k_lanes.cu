@@ -97,10 +97,6 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_lanes_kernel(const HeadParams 
     cp_async_commit();
     ++issued;
   };
-  if (p.prefetch_l2 && itile < ntiles && lane < kTileRows) {
-    const int64_t r = int64_t(itile) * kTileRows + lane;
-    if (r < V) prefetch_l2_bulk(p.weights + r * p.row_stride, uint32_t(p.row_stride));
-  }
   for (int s = 0; s < S - 1; ++s) issue();
 
   pdl_wait();

@@ -133,10 +133,6 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_mma_kernel(const HeadParams p)
     ++issued;
   };
 
-  if (p.prefetch_l2 && itile < ntiles && lane < kTileRows) {
-    const int64_t r = int64_t(itile) * kTileRows + lane;
-    if (r < V) prefetch_l2_bulk(p.weights + r * p.row_stride, uint32_t(p.row_stride));
-  }
   for (int s = 0; s < S - 1; ++s) issue();
 
   // ---- activations: wait for the prep kernel, then keep every token's q8 in shared memory ----

@@ -22,16 +22,10 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
+#include "synth/splitmix64.hpp"
 
 namespace {
 
-uint64_t splitmix(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-float unit(uint64_t& s) { return float(splitmix(s) >> 40) * (1.0f / 16777216.0f); }
 
 uint64_t fnv1a(const void* p, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -95,11 +89,11 @@ int main(int argc, char** argv) {
   bool first = true;
   for (const Case& c : cases) {
     for (int K : c.ks) {
-      uint64_t s = 0x1000 + uint64_t(K);
+      lmhead::synth::SplitMix64 s{0x1000 + uint64_t(K)};
       std::vector<float> wf(size_t(M) * K), x(size_t(kTokens) * K);
-      for (float& v : wf) v = (2 * unit(s) - 1) / 8;
+      for (float& v : wf) v = (2 * s.unit24() - 1) / 8;
       for (int t = 0; t < kTokens; ++t)
-        for (int k = 0; k < K; ++k) x[size_t(t) * K + k] = (2 * unit(s) - 1) * float(1 + t % 5);
+        for (int k = 0; k < K; ++k) x[size_t(t) * K + k] = (2 * s.unit24() - 1) * float(1 + t % 5);
       std::vector<uint8_t> wq(ggml_row_size(c.gtype, K) * M);
       ggml_quantize_chunk(c.gtype, wf.data(), wq.data(), 0, M, K, nullptr);
 

@@ -6,7 +6,8 @@
 set -eu
 B=$1; SRC=$2; OUT=$3; ROWS=${4:-16}
 here=$(cd "$(dirname "$0")" && pwd); work=$(mktemp -d)
-g++ -O2 -std=c++17 "$here/ggml_mul_mat_probe.cpp" -I"$SRC/ggml/include" -L"$B/bin" -lggml -lggml-base -lggml-cpu \
+# -I src: the project's one splitmix64 (synth/splitmix64.hpp), the stream the test remakes.
+g++ -O2 -std=c++17 "$here/ggml_mul_mat_probe.cpp" -I"$here/../../src" -I"$SRC/ggml/include" -L"$B/bin" -lggml -lggml-base -lggml-cpu \
   -Wl,-rpath,"$B/bin" -o "$work/ggml_mul_mat_probe"
 mkdir -p "$OUT"
 "$work/ggml_mul_mat_probe" "$OUT" "$ROWS"
