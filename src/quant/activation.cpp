@@ -93,7 +93,7 @@ void quantize_activations(ActivationFormat fmt, const float* x, int64_t n, void*
   throw Error("quantize_activations: unknown activation format");
 }
 
-void quantize_q8_K(const float* x, int64_t n, block_q8_K* out) {
+void quantize_q8_K(const float* x, int64_t n, block_q8_K* out, Q8KScaleSign sign) {
   check_whole_blocks(ActivationFormat::q8_K, n, "quantize_q8_K");
   for (int64_t i = 0; i < n / kSuperBlock; ++i, x += kSuperBlock) {
     block_q8_K& b = out[i];
@@ -111,6 +111,12 @@ void quantize_q8_K(const float* x, int64_t n, block_q8_K* out) {
       std::memset(&b, 0, sizeof b);
       continue;
     }
+    if (sign == Q8KScaleSign::positive_if_any && max < 0)
+      for (int j = 0; j < kSuperBlock; ++j)
+        if (x[j] == amax) {
+          max = amax;
+          break;
+        }
     const float iscale = -127.0f / max;
     // The product is rounded before nearest_int adds 1.5 * 2^23: fused into one FMA it gives a
     // different level in about 1 of 3,000 random blocks (docs/quantization.md).

@@ -28,7 +28,12 @@ inline int nearest_int(float f) {
   return int(f32_bits(v) & 0x7FFFFF) - 0x400000;
 }
 
-void quantize_q8_K(const float* x, int64_t n, block_q8_K* out);
+// The scale's sign in a block where both +amax and -amax occur: quantize_row_q8_K takes the sign of
+// the first element reaching amax; ggml_quantize_mat_q8_K_4x8 (x86, the repacked Q4_K gemm's whole
+// groups of 4 tokens) takes it positive whenever some element equals +amax. Elsewhere they agree.
+enum class Q8KScaleSign { first_reaching_amax, positive_if_any };
+void quantize_q8_K(const float* x, int64_t n, block_q8_K* out,
+                   Q8KScaleSign sign = Q8KScaleSign::first_reaching_amax);
 void quantize_q8_0_activations(const float* x, int64_t n, block_q8_0* out);
 
 }  // namespace lmhead::quant

@@ -129,38 +129,6 @@ float vdpbf16ps_step(float acc, float w, float a) {
 
 namespace {
 
-// The repack path quantizes tokens in groups of 4 (ggml_quantize_mat_q8_K_4x8, x86): the same
-// levels and d as quantize_row_q8_K except for the scale's sign, which is taken positive
-// (iscale = -127 / amax) whenever some element equals +amax, where quantize_row_q8_K takes the sign
-// of the first element reaching amax. They differ only when both +amax and -amax occur.
-void quantize_q8_K_group_of_4(const float* x, int64_t n, block_q8_K* out) {
-  quantize_q8_K(x, n, out);
-  for (int64_t i = 0; i < n / kSuperBlock; ++i) {
-    const float* v = x + i * kSuperBlock;
-    float amax = 0;
-    for (int j = 0; j < kSuperBlock; ++j) amax = std::fmax(amax, std::fabs(v[j]));
-    if (amax == 0) continue;
-    bool positive = false, negative_first = false;
-    for (int j = 0; j < kSuperBlock; ++j) {
-      if (v[j] == amax) positive = true;
-      if (std::fabs(v[j]) == amax && !positive && v[j] < 0) negative_first = true;
-    }
-    if (!(positive && negative_first)) continue;  // both rules pick the same sign
-    block_q8_K& b = out[i];
-    const float iscale = -127.0f / amax;
-    for (int j = 0; j < kSuperBlock; ++j) {
-      const int q = nearest_int(iscale * v[j]);
-      b.qs[j] = int8_t(q < 127 ? q : 127);
-    }
-    for (int k = 0; k < kSuperBlock / 16; ++k) {
-      int sum = 0;
-      for (int j = 0; j < 16; ++j) sum += b.qs[16 * k + j];
-      b.bsums[k] = int16_t(sum);
-    }
-    b.d = 1.0f / iscale;
-  }
-}
-
 // _mm512_reduce_add_ps as GCC expands it: halves of 8, then of 4, then [0]+[2], [1]+[3], then the two.
 float reduce16(const float a[16]) {
   float h8[8], h4[4];
@@ -383,7 +351,7 @@ void quantize_llamacpp_activations(LlamaCppPath path, TensorType type, const flo
   // Whole groups of 4 tokens go through ggml_quantize_mat_q8_K_4x8; the rest through
   // quantize_row_q8_K (repack.cpp, forward_mul_mat).
   if (in_group_of_4(path, t, tokens)) {
-    quantize_q8_K_group_of_4(x, n, static_cast<block_q8_K*>(dst));
+    quantize_q8_K(x, n, static_cast<block_q8_K*>(dst), Q8KScaleSign::positive_if_any);
     return;
   }
   quantize_activations(fmt, x, n, dst);
