@@ -8,7 +8,8 @@ same process (a loop inside the module, no Python between calls); the overhead i
 from the minimum of each (the least disturbed call) and from the medians. With --cli, `lmhead bench`
 for the same head, backend and T is printed beside them (it times more than one Engine::run: its
 own bookkeeping per call). Also times a call refused before the engine runs (wrong width): parsing,
-checking, raising and catching.
+checking, raising and catching. On the cuda backend with torch present, also a torch CUDA tensor
+(read in place on the GPU) beside the host array.
 """
 import argparse
 import json
@@ -60,6 +61,21 @@ def main():
     print(f"C++ Engine::run in this process: min {cc_min:.2f} us, median {cc_med:.2f} us")
     print(f"python overhead over the C++ call: {py_min - cc_min:.2f} us (min - min), {py_med - cc_med:.2f} us (median - median)")
     print(f"python call refused before the engine (binding alone, with raising): min {ref_min:.2f} us, median {ref_med:.2f} us")
+    if a.backend == "cuda":
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None and torch.cuda.is_available():
+            # A torch CUDA tensor read in place (Engine::run_device, ordered on the current stream)
+            # against the host array above: what keeping the rows on the GPU costs or saves.
+            d = torch.from_numpy(h).cuda()
+            torch.cuda.synchronize()
+            for _ in range(50):
+                engine.run(d)
+            dev_min, dev_med = timed(lambda: engine.run(d), a.runs)
+            print(f"python engine.run(torch CUDA tensor): min {dev_min:.2f} us, median {dev_med:.2f} us "
+                  f"(vs host array: {dev_min - py_min:+.2f} us min, {dev_med - py_med:+.2f} us median)")
     if a.cli:
         args = [a.cli, "bench", a.model, "--tokens", str(a.tokens), "--backend", a.backend, "--json"]
         if a.threads:

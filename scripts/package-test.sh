@@ -35,7 +35,7 @@ soname="$(objdump -p "$libdir/liblmhead.so" | awk '/SONAME/ {print $2}')"
 [[ "$soname" =~ ^liblmhead\.so\.[0-9]+\.[0-9]+$ ]] || fail "SONAME is '$soname', expected liblmhead.so.MAJOR.MINOR"
 # Only the API leaves the shared library: C symbols lmhead_*, C++ ones in the public classes.
 leaked="$(nm -D --defined-only "$libdir/liblmhead.so" | awk '$2 ~ /[TDBVWR]/ {print $3}' | c++filt |
-  grep -vE '^(lmhead_[a-z_]+|lmhead::(Model|Engine|MetadataOverride|Error)::|lmhead::(to_string|parse|byte_bill|tensor_type_info|tensor_type_name|parse_tensor_type)\(|(typeinfo|typeinfo name|vtable) for lmhead::Error|LMHEAD_0)' || true)"
+  grep -vE '^(lmhead_[a-z_]+|lmhead::(Model|Engine|MetadataOverride|Error|InputError)::|lmhead::(to_string|parse|byte_bill|tensor_type_info|tensor_type_name|parse_tensor_type)\(|(typeinfo|typeinfo name|vtable) for lmhead::(Input)?Error|LMHEAD_0)' || true)"
 [ -z "$leaked" ] || fail "liblmhead.so exports symbols outside the API:
 $leaked"
 "$prefix/bin/lmhead" info "$model" >/dev/null || fail "the installed tool does not run"

@@ -11,4 +11,12 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// An Error that is the caller's values, not the file or the machine: a NaN or an infinity in the
+// hidden states (found on the host, or on the GPU for rows in device memory). The C API returns
+// LMHEAD_ERR_INPUT for it, Python raises lmhead.InputError.
+class InputError : public Error {
+ public:
+  explicit InputError(const std::string& what) : Error(what) {}
+};
+
 }  // namespace lmhead

@@ -146,6 +146,14 @@ typedef struct lmhead_run_outputs {
 LMHEAD_C_API int lmhead_engine_run_ex(lmhead_engine* engine, const float* hidden, int tokens,
                                       const lmhead_run_options* options, lmhead_run_outputs* outputs);
 
+/* The same with the hidden states in GPU memory (a cuda engine; tokens x hidden floats on the
+ * engine's GPU), written by work queued on cuda_stream (a cudaStream_t; NULL: the legacy default
+ * stream). A one-GPU engine reads them in place once that work is done and checks them there
+ * (LMHEAD_ERR_INPUT for a NaN or infinity); the outputs are host memory, as above. */
+LMHEAD_C_API int lmhead_engine_run_device(lmhead_engine* engine, const float* device_hidden, int tokens,
+                                          void* cuda_stream, const lmhead_run_options* options,
+                                          lmhead_run_outputs* outputs);
+
 #ifdef __cplusplus
 }
 #endif

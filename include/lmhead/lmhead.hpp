@@ -271,6 +271,13 @@ class Engine {
   // engine run one at a time (a backend owns per-call buffers), so concurrent streams of work take
   // one engine each.
   RunResult run(std::span<const float> hidden, int tokens, const RunOptions& options = {});
+  // The same with the rows in GPU memory: a cuda engine only, tokens x hidden f32, row-major, on
+  // the engine's GPU, written by work queued on cuda_stream (a cudaStream_t; nullptr: the legacy
+  // default stream). A one-GPU engine reads them in place once that stream's work queued so far is
+  // done, and checks them on the device (the same Error as run()); an engine split over shards or
+  // GPUs copies them to the host first. Returns when the answers are on the host: the rows may be
+  // overwritten then. Not for use inside a CUDA graph capture of cuda_stream.
+  RunResult run_device(const float* hidden, int tokens, void* cuda_stream = nullptr, const RunOptions& options = {});
   // Speculative verification: hidden holds drafts + 1 rows, row j the state after draft token j - 1
   // (row 0 the state before the first draft), at positions sampling.position + j. Temperature 0:
   // a draft token is accepted while it equals that row's greedy choice. Temperature > 0 without
@@ -287,8 +294,12 @@ class Engine {
   const Model& model() const { return *model_; }
 
  private:
+  struct DeviceRows;
+  RunResult run_rows(const float* hidden, int tokens, const RunOptions& options, const DeviceRows* device);
+
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
+  BackendKind backend_kind_ = BackendKind::cpu;
   std::mutex run_mutex_;
 };
 

@@ -35,43 +35,59 @@ class Engine(_Engine):
     """
 
     def run(self, hidden, top_k=0, logprobs=False, logits=False, activations="q8", softcap="nodes",
-            input="hidden"):
+            input="hidden", stream=None):
         """Runs float32 hidden states [H] or [T, H] through the head; returns a RunOutput.
 
         activations: "q8" (llama.cpp's route, default) or "f32"; softcap: "nodes" (byte-exact,
         default) or "fused"; input: "hidden" (before the final norm) or "normed" (after it).
-        Host arrays are read in place when C-contiguous. A CUDA tensor given to the cuda backend is
-        copied to the host first, ordered on the current stream (the engine has no device-pointer
-        entry yet); given to another backend it is refused.
+        Host arrays are read in place when C-contiguous. A CUDA tensor (or any CUDA DLPack array)
+        given to the cuda backend stays on the GPU: the engine reads it in place once the work
+        queued on `stream` is done. stream: a torch.cuda.Stream, a CuPy stream, or a cudaStream_t
+        as an int; None: the tensor's current stream (torch, CuPy), else the legacy default stream.
+        Given to another backend a CUDA tensor is refused. The results are host arrays.
         """
+        if _on_cuda(hidden):
+            stream = _stream_handle(hidden, stream)
+            if not _is_contiguous(hidden):
+                hidden = hidden.contiguous()
         try:
-            return self._run(hidden, top_k, logprobs, logits, activations, softcap, input)
+            return self._run(hidden, top_k, logprobs, logits, activations, softcap, input, stream or 0)
         except InputError:
             moved = _readable_copy(hidden, self.backend)
             if moved is None:
                 raise
-        return self.run(moved, top_k, logprobs, logits, activations, softcap, input)
+        return self.run(moved, top_k, logprobs, logits, activations, softcap, input, stream)
+
+
+def _stream_handle(array, stream):
+    """The cudaStream_t (an int) whose work wrote a CUDA array: the one given, else its current one."""
+    if stream is None:
+        device = getattr(array, "device", None)
+        if getattr(device, "type", None) == "cuda":  # torch
+            import torch
+            return int(torch.cuda.current_stream(device).cuda_stream)
+        try:  # CuPy
+            import cupy
+            return int(cupy.cuda.get_current_stream().ptr)
+        except Exception:
+            return 0
+    for attribute in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+        handle = getattr(stream, attribute, None)
+        if handle is not None:
+            return int(handle)
+    return int(stream)
+
+
+def _is_contiguous(array):
+    f = getattr(array, "is_contiguous", None)
+    return f() if callable(f) else True
 
 
 def _readable_copy(hidden, backend):
     """What to run instead of `hidden` after the module could not read it, or None (re-raise)."""
     if getattr(hidden, "requires_grad", False):  # DLPack refuses tensors that need grad
         return hidden.detach()
-    if _on_cuda(hidden):
-        if not backend.startswith("cuda"):
-            raise InputError(f"hidden is on a CUDA device; the {backend} backend reads host memory: "
-                             "move it with .cpu() or make the engine with backend='cuda'") from None
-        return _to_host(hidden)
+    if _on_cuda(hidden) and not backend.startswith("cuda"):
+        raise InputError(f"hidden is on a CUDA device; the {backend} backend reads host memory: "
+                         "move it with .cpu() or make the engine with backend='cuda'") from None
     return None
-
-
-def _to_host(x):
-    # torch: .cpu() waits for the current stream's work on the tensor; CuPy: .get() likewise.
-    for method in ("cpu", "get"):
-        f = getattr(x, method, None)
-        if callable(f):
-            host = f()
-            detach = getattr(host, "detach", None)
-            return host.detach() if callable(detach) else host
-    raise InputError("hidden is a CUDA array without .cpu() or .get(): copy it to the host to run it "
-                     "(the cuda backend does not read device memory from Python yet)")

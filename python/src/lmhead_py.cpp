@@ -69,10 +69,8 @@ nb::object view(nb::handle owner, std::vector<T>& v, std::initializer_list<size_
   return nb::cast(nb::ndarray<nb::numpy, T>(v.data(), shape, owner));
 }
 
-bool any_non_finite(const float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i])) return true;
-  return false;
+bool on_cuda(const nb::ndarray<nb::ro>& a) {
+  return a.device_type() == nb::device::cuda::value || a.device_type() == nb::device::cuda_managed::value;
 }
 
 std::string describe_dtype(const nb::dlpack::dtype& d) {
@@ -93,8 +91,9 @@ E parse_option(std::string_view name, std::string_view value, const char* choice
   return out;
 }
 
+// stream: the cudaStream_t (as an integer) whose work wrote a CUDA `hidden`; 0: the legacy default.
 nb::object run(nb::handle self_handle, nb::handle hidden, int top_k, bool logprobs, bool logits,
-               std::string_view activations, std::string_view softcap, std::string_view input) {
+               std::string_view activations, std::string_view softcap, std::string_view input, uintptr_t stream) {
   PyEngine& self = nb::cast<PyEngine&>(self_handle);
   const lmhead::HeadConfig& c = self.model->config();
 
@@ -102,7 +101,8 @@ nb::object run(nb::handle self_handle, nb::handle hidden, int top_k, bool logpro
   if (!nb::try_cast(hidden, a, false) && !nb::try_cast(hidden, a, true))
     bad_input("hidden must be a float32 array of shape [H] or [T, H] (NumPy, PyTorch, DLPack or the buffer "
               "protocol), got an object of type " + std::string(nb::type_name(hidden.type()).c_str()));
-  if (a.device_type() != nb::device::cpu::value)
+  const bool device_rows = on_cuda(a) && self.backend == lmhead::BackendKind::cuda;
+  if (a.device_type() != nb::device::cpu::value && !device_rows)
     bad_input("hidden is on a device (DLPack device type " + std::to_string(a.device_type()) +
               ") this engine cannot read: give host memory" +
               (self.backend == lmhead::BackendKind::cuda ? "" : ", or use backend='cuda' for CUDA tensors"));
@@ -133,6 +133,8 @@ nb::object run(nb::handle self_handle, nb::handle hidden, int top_k, bool logpro
   const bool packed = (a.ndim() == 1 ? (H == 1 || a.stride(0) == 1)
                                      : ((H == 1 || a.stride(1) == 1) && (T == 1 || a.stride(0) == H)));
   const float* data = static_cast<const float*>(a.data());
+  if (device_rows && !packed)
+    bad_input("hidden on the GPU must be C-contiguous (rows of H packed): call .contiguous() first");
   std::vector<float> gathered;
   if (!packed) {
     gathered.resize(n);
@@ -146,12 +148,11 @@ nb::object run(nb::handle self_handle, nb::handle hidden, int top_k, bool logpro
   {
     nb::gil_scoped_release unlocked;
     try {
-      r = self.engine->run({data, n}, static_cast<int>(T), ro);
-    } catch (const lmhead::Error& e) {
-      // The engine's Error does not say whose fault it was: a NaN or infinity in the input is the
-      // caller's. Looked for only on this failing path.
-      if (any_non_finite(data, n)) throw InputFailure{e.what()};
-      throw;
+      // A CUDA tensor stays on the device: the engine reads it there after the stream's work.
+      r = device_rows ? self.engine->run_device(data, static_cast<int>(T), reinterpret_cast<void*>(stream), ro)
+                      : self.engine->run({data, n}, static_cast<int>(T), ro);
+    } catch (const lmhead::InputError& e) {
+      throw InputFailure{e.what()};  // a NaN or infinity in the rows: the caller's values
     }
   }
 
@@ -321,7 +322,7 @@ NB_MODULE(_lmhead, m) {
            },
            "hidden"_a, "runs"_a)
       .def("_run", &run, "hidden"_a, "top_k"_a = 0, "logprobs"_a = false, "logits"_a = false,
-           "activations"_a = "q8", "softcap"_a = "nodes", "input"_a = "hidden");
+           "activations"_a = "q8", "softcap"_a = "nodes", "input"_a = "hidden", "stream"_a = 0);
 
   nb::class_<PyOutput>(m, "RunOutput")
       .def_prop_ro("tokens", [](nb::handle h) { auto& o = nb::cast<PyOutput&>(h); return view(h, o.ids, {o.ids.size()}); },

@@ -64,6 +64,12 @@ struct ForwardRequest {
   bool want_logits = false;  // fill ForwardOutput::logits
   bool want_stages = false;  // fill ForwardOutput::stages (implies logits)
   bool want_stage_times = false;  // ForwardOutput::times per stage (else a backend may report one total)
+  // The rows are in GPU memory (Engine::run_device; only for a backend that takes_device_input()),
+  // written by work queued on input_stream (a cudaStream_t; nullptr: the legacy default stream).
+  // The backend checks them for NaN and infinity itself, naming token first_token + t.
+  bool input_on_device = false;
+  void* input_stream = nullptr;
+  int first_token = 0;            // this pass's first token within the engine's call (messages)
 };
 
 struct ForwardOutput {
@@ -87,6 +93,8 @@ class Backend {
   // True when forward() honours ForwardRequest::input_normed; the engine refuses normed input
   // for a backend that does not (it would apply the norm a second time).
   virtual bool takes_normed_input() const { return false; }
+  // True when forward() reads rows in GPU memory in place (ForwardRequest::input_on_device).
+  virtual bool takes_device_input() const { return false; }
   // True when forward() computes Route::llamacpp's paths; the engine refuses the route otherwise.
   virtual bool takes_llamacpp_route() const { return false; }
   // Bytes of the head this backend holds on accelerators now (the CPU backends read the mapped file).
@@ -107,5 +115,8 @@ std::unique_ptr<Backend> make_multi_gpu_backend(const HeadView& head, int shards
 // rank 0 writes atomically to `id_file` (src/dist/). Throws Error when built without NCCL.
 std::unique_ptr<Backend> make_nccl_rank_backend(const HeadView& head, int rank, int ranks, const std::string& id_file);
 bool cuda_available(std::string* why_not = nullptr);
+// Copies n floats of GPU memory to `host` after the work queued on `stream` (a cudaStream_t;
+// nullptr: the legacy default stream), for the engines whose backend reads host memory only.
+void copy_device_rows_to_host(const float* device, size_t n, void* stream, float* host);
 
 }  // namespace lmhead

@@ -30,9 +30,9 @@ size_t copy_checking_finite(float* dst, const float* src, size_t n) {
                     : input_check_impl::copy_checking_finite(dst, src, n);
 }
 
-Error non_finite_hidden_error(const float* hidden, size_t index, int64_t hidden_size) {
+InputError non_finite_hidden_error(const float* hidden, size_t index, int64_t hidden_size) {
   const size_t H = static_cast<size_t>(hidden_size);
-  return Error("hidden state of token " + std::to_string(index / H) + " has a non-finite value (" +
+  return InputError("hidden state of token " + std::to_string(index / H) + " has a non-finite value (" +
                std::to_string(hidden[index]) + ") at index " + std::to_string(index % H));
 }
 

@@ -18,6 +18,6 @@ size_t first_non_finite(const float* x, size_t n);
 size_t copy_checking_finite(float* dst, const float* src, size_t n);
 
 // The error for hidden[index] (hidden_size values per token).
-Error non_finite_hidden_error(const float* hidden, size_t index, int64_t hidden_size);
+InputError non_finite_hidden_error(const float* hidden, size_t index, int64_t hidden_size);
 
 }  // namespace lmhead

@@ -45,6 +45,8 @@ int guarded(int code, F&& f) {
     return LMHEAD_OK;
   } catch (const std::bad_alloc&) {
     return fail(LMHEAD_ERR_RUNTIME, "out of memory");
+  } catch (const lmhead::InputError& e) {
+    return fail(LMHEAD_ERR_INPUT, e.what());
   } catch (const lmhead::Error& e) {
     return fail(code, e.what());
   } catch (const std::exception& e) {
@@ -63,12 +65,6 @@ bool known_size(const T* s, const char* what) {
   fail(LMHEAD_ERR_ARGUMENT, std::string(what) + ".size is " + std::to_string(s->size) + ", this library (lmhead " +
                                 lmhead_version() + ") knows " + std::to_string(sizeof(T)) +
                                 ": set it to sizeof(" + what + ") and rebuild against this library's lmhead.h");
-  return false;
-}
-
-bool any_non_finite(const float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i])) return true;
   return false;
 }
 
@@ -198,8 +194,34 @@ int lmhead_engine_run(lmhead_engine* engine, const float* hidden, int tokens, in
   return lmhead_engine_run_ex(engine, hidden, tokens, nullptr, &o);
 }
 
+}  // extern "C"
+
+namespace {
+struct DeviceRows {
+  void* stream = nullptr;
+};
+int run_checked(lmhead_engine* engine, const float* hidden, int tokens, const lmhead_run_options* options,
+                lmhead_run_outputs* outputs, const DeviceRows* device);
+}  // namespace
+
+extern "C" {
+
 int lmhead_engine_run_ex(lmhead_engine* engine, const float* hidden, int tokens, const lmhead_run_options* options,
                          lmhead_run_outputs* outputs) {
+  return run_checked(engine, hidden, tokens, options, outputs, nullptr);
+}
+
+int lmhead_engine_run_device(lmhead_engine* engine, const float* device_hidden, int tokens, void* cuda_stream,
+                             const lmhead_run_options* options, lmhead_run_outputs* outputs) {
+  const DeviceRows rows{cuda_stream};
+  return run_checked(engine, device_hidden, tokens, options, outputs, &rows);
+}
+
+}  // extern "C"
+
+namespace {
+int run_checked(lmhead_engine* engine, const float* hidden, int tokens, const lmhead_run_options* options,
+                lmhead_run_outputs* outputs, const DeviceRows* device) {
   if (!engine) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_run: engine is NULL");
   if (!hidden) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_run: hidden is NULL");
   if (!outputs) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_run: outputs is NULL");
@@ -239,13 +261,10 @@ int lmhead_engine_run_ex(lmhead_engine* engine, const float* hidden, int tokens,
 
   const size_t n = static_cast<size_t>(tokens) * static_cast<size_t>(c.hidden);
   lmhead::RunResult r;
-  const int rc = guarded(LMHEAD_ERR_RUNTIME, [&] { r = engine->engine->run({hidden, n}, tokens, ro); });
-  if (rc) {
-    // The engine's Error does not say whose fault it was; a non-finite value in the input is the
-    // caller's, whatever else failed. Looked for only on this failing path, so runs pay nothing.
-    if (rc == LMHEAD_ERR_RUNTIME && any_non_finite(hidden, n)) return LMHEAD_ERR_INPUT;
-    return rc;
-  }
+  const int rc = guarded(LMHEAD_ERR_RUNTIME, [&] {
+    r = device ? engine->engine->run_device(hidden, tokens, device->stream, ro) : engine->engine->run({hidden, n}, tokens, ro);
+  });
+  if (rc) return rc;  // a NaN or infinity in the rows is an InputError: LMHEAD_ERR_INPUT
 
   // Written only after the whole run succeeded, so a failure leaves the caller's buffers untouched.
   const size_t k = static_cast<size_t>(ro.top_k);
@@ -265,5 +284,5 @@ int lmhead_engine_run_ex(lmhead_engine* engine, const float* hidden, int tokens,
   if (outputs->logits) std::memcpy(outputs->logits, r.logits.data(), r.logits.size() * sizeof(float));
   return LMHEAD_OK;
 }
+}  // namespace
 
-}  // extern "C"

@@ -52,10 +52,12 @@ struct Shape {
   bool pdl = false;
   bool sequential_norm = false;
   bool input_normed = false;  // the prep kernel skips the norm (--input normed)
+  bool device_input = false;  // the rows are the caller's device memory (Engine::run_device)
 
   auto key() const {
     const unsigned flags = unsigned(logprobs) | unsigned(logits) << 1 | unsigned(stages) << 2 | unsigned(events) << 3 |
-                           unsigned(pdl) << 4 | unsigned(sequential_norm) << 5 | unsigned(input_normed) << 6;
+                           unsigned(pdl) << 4 | unsigned(sequential_norm) << 5 | unsigned(input_normed) << 6 |
+                           unsigned(device_input) << 7;
     return std::tuple(T, plan.kernel, plan.warps, plan.last_warps, int(format), cap_mode, k, flags);
   }
 };
@@ -89,6 +91,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     graphs_ = std::make_unique<GraphCache<GraphKey>>(stream_);
     for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreate(&e));
+    CUDA_CHECK(cudaEventCreateWithFlags(&input_ready_, cudaEventDisableTiming));
 
     // Every upload, fill and kernel of this backend goes to stream_, so each is ordered before
     // the work that reads it (docs/cuda.md, "Completion"); the synchronize at the end makes the
@@ -123,6 +126,9 @@ class CudaBackend final : public Backend {
     hidden_.reset(size_t(H) * kMaxTokens);
     results_.reset(kMaxTokens);
     norm_path_.reset(kMaxTokens);
+    device_rows_.reset(1);
+    *device_rows_.host() = nullptr;
+    non_finite_.reset(kMaxTokens);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaSetDevice(caller_device_));
   }
@@ -131,12 +137,14 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);  // the members' memory lives on this backend's device
     graphs_.reset();         // before the stream it synchronizes
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    if (input_ready_) cudaEventDestroy(input_ready_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
   std::string name() const override { return device_ == 0 ? "cuda" : "cuda:" + std::to_string(device_); }
   bool takes_normed_input() const override { return true; }
   bool takes_llamacpp_route() const override { return true; }
+  bool takes_device_input() const override { return true; }
   uint64_t device_bytes() const override { return head_device_bytes(); }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
@@ -152,10 +160,19 @@ class CudaBackend final : public Backend {
     head_copies_->ensure(desc(shape.plan.kernel).reads);
     ensure_buffers(shape);
 
-    // A caller that already wrote the hidden states into this backend's input buffer saves the
-    // copy: the multi-GPU backend's shards share one buffer (use_input_buffer), each copying a share.
-    float* const input = shared_input_ != nullptr ? shared_input_ : hidden_.host();
-    if (hidden != input) std::memcpy(input, hidden, size_t(tokens) * size_t(H) * sizeof(float));
+    if (req.input_on_device) {
+      // The caller's rows are read in place, after the work its stream has queued so far; the
+      // prep kernel takes their address from a mapped word, so the captured graph stays valid.
+      check_device_rows(hidden);
+      CUDA_CHECK(cudaEventRecord(input_ready_, static_cast<cudaStream_t>(req.input_stream)));
+      CUDA_CHECK(cudaStreamWaitEvent(stream_, input_ready_, 0));
+      *device_rows_.host() = hidden;
+    } else {
+      // A caller that already wrote the hidden states into this backend's input buffer saves the
+      // copy: the multi-GPU backend's shards share one buffer (use_input_buffer), each copying a share.
+      float* const input = shared_input_ != nullptr ? shared_input_ : hidden_.host();
+      if (hidden != input) std::memcpy(input, hidden, size_t(tokens) * size_t(H) * sizeof(float));
+    }
     const auto t_copied = std::chrono::steady_clock::now();
     const GraphKey key = shape.key();
     last_ = CallInfo{};
@@ -180,6 +197,7 @@ class CudaBackend final : public Backend {
     last_.polled = poll;
     const auto t_synced = std::chrono::steady_clock::now();
     for (int t = 0; t < tokens; ++t) last_.norm_path[t] = norm_path_.host()[t];
+    if (req.input_on_device) refuse_non_finite_rows(hidden, tokens, req.first_token);
     if (hooks.check_guards) last_.guards_intact = guards_intact();
 
     const HostResults h{results_.host(), h_candidates_.host(), h_sums_.host(), h_logits_.host(), h_normed_.host(),
@@ -265,7 +283,34 @@ class CudaBackend final : public Backend {
     s.pdl = tuning_.hooks.pdl && !s.events;
     s.sequential_norm = tuning_.hooks.force_sequential_norm;
     s.input_normed = req.input_normed;
+    s.device_input = req.input_on_device;
     return s;
+  }
+
+  // Device rows must be this backend's device memory (or managed memory): a host pointer or
+  // another GPU's memory would be read over the bus or fault.
+  void check_device_rows(const float* rows) const {
+    cudaPointerAttributes a{};
+    CUDA_CHECK(cudaPointerGetAttributes(&a, rows));
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+      throw Error("device hidden states: the pointer is not GPU memory (run() takes host memory)");
+    if (a.type == cudaMemoryTypeDevice && a.device != device_)
+      throw Error("device hidden states are on GPU " + std::to_string(a.device) + ", the engine runs on GPU " +
+                  std::to_string(device_));
+  }
+
+  // The prep kernel noted each token's first NaN or infinity: the call's answers are void then,
+  // and the error names the same token and index as the host check does.
+  void refuse_non_finite_rows(const float* rows, int tokens, int first_token) const {
+    const int64_t H = head_.hidden;
+    for (int t = 0; t < tokens; ++t) {
+      const int32_t i = non_finite_.host()[t];
+      if (i < 0) continue;
+      float value = 0;
+      CUDA_CHECK(cudaMemcpy(&value, rows + size_t(t) * size_t(H) + size_t(i), sizeof value, cudaMemcpyDeviceToHost));
+      throw InputError("hidden state of token " + std::to_string(first_token + t) + " has a non-finite value (" +
+                  std::to_string(value) + ") at index " + std::to_string(i));
+    }
   }
 
   PlanDevice plan_device() const {
@@ -316,6 +361,10 @@ class CudaBackend final : public Backend {
     const size_t TV = size_t(s.T) * size_t(V);
     PrepParams pp;
     pp.hidden = shared_input_ != nullptr ? shared_input_ : hidden_.device();
+    if (s.device_input) {
+      pp.hidden_at = device_rows_.device();
+      pp.non_finite = non_finite_.device();
+    }
     pp.gamma = gamma_.get();
     pp.layer_norm = head_.layer_norm ? 1 : 0;
     pp.beta = head_.beta ? beta_.get() : nullptr;
@@ -569,6 +618,9 @@ class CudaBackend final : public Backend {
   float* shared_input_ = nullptr;  // use_input_buffer: a portable mapped buffer the caller owns
   MappedHostArray<TokenResult> results_;
   MappedHostArray<int32_t> norm_path_;
+  MappedHostArray<const float*> device_rows_;  // the caller's rows of a device-input call
+  MappedHostArray<int32_t> non_finite_;        // per token of a device-input call: first bad index or -1
+  cudaEvent_t input_ready_ = nullptr;          // the caller's stream reached the call
   MappedHostArray<unsigned> done_flag_;
   MappedHostArray<float> h_logits_, h_raw_, h_normed_, h_scaled_, h_div_, h_tanh_;
   MappedHostArray<int2> h_candidates_;
@@ -612,6 +664,22 @@ void tanh_sweep(uint64_t first, uint64_t count, uint32_t* host_out) {
 }
 
 }  // namespace cuda
+
+void copy_device_rows_to_host(const float* device, size_t n, void* stream, float* host) {
+  cudaPointerAttributes a{};
+  CUDA_CHECK(cudaPointerGetAttributes(&a, device));
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+    throw Error("device hidden states: the pointer is not GPU memory (run() takes host memory)");
+  int caller = 0;
+  CUDA_CHECK(cudaGetDevice(&caller));
+  if (a.type == cudaMemoryTypeDevice) CUDA_CHECK(cudaSetDevice(a.device));
+  // Ordered after the caller's work on its stream, and complete when this returns.
+  const cudaError_t copied = cudaMemcpyAsync(host, device, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                             static_cast<cudaStream_t>(stream));
+  const cudaError_t synced = copied == cudaSuccess ? cudaStreamSynchronize(static_cast<cudaStream_t>(stream)) : copied;
+  CUDA_CHECK(cudaSetDevice(caller));
+  CUDA_CHECK(synced);
+}
 
 bool cuda_available(std::string* why_not) {
   int n = 0;

@@ -45,6 +45,12 @@ enum CapMode : int { kScaleOnly = 0, kCapNodes = 1, kCapFused = 2 };
 // The final norm (RMSNorm or LayerNorm) + activation quantization, one block per token.
 struct PrepParams {
   const float* hidden = nullptr;  // [T][H], mapped host memory
+  // Rows the caller keeps in device memory (Engine::run_device): the pointer is read from this
+  // mapped host word at run time, so one captured graph serves every call; hidden is unused then.
+  const float* const* hidden_at = nullptr;
+  // Per token: the index of its first NaN or infinity, or -1 (mapped host memory; written only
+  // when not nullptr, i.e. for device rows, which the host never sees).
+  int32_t* non_finite = nullptr;
   const float* gamma = nullptr;   // [H]
   int layer_norm = 0;             // LayerNorm (ggml_norm, numerics.md §6b) instead of RMSNorm
   const float* beta = nullptr;    // [H] added after gamma (LayerNorm + bias), or nullptr

@@ -138,13 +138,16 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
 
   const int t = blockIdx.x, H = p.H;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  const float* x = p.hidden + size_t(t) * H;
+  const float* x = (p.hidden_at != nullptr ? *p.hidden_at : p.hidden) + size_t(t) * H;
+  __shared__ int s_first_bad;
+  if (threadIdx.x == 0) s_first_bad = H;
 
-  // The hidden state sits in mapped host memory: issue every load of the token before using any,
-  // so the block pays one PCIe round trip, not one per loop iteration.
+  // The hidden state sits in mapped host memory (or the caller's device memory): issue every load
+  // of the token before using any, so the block pays one PCIe round trip, not one per iteration.
   // gamma's lines start towards L2 now, under the PCIe round trip of the hidden state.
   for (int i = 32 * threadIdx.x; i < H; i += 32 * blockDim.x) prefetch_l2(p.gamma + i);
   constexpr int kBatch = 8;
+  int first_bad = H;  // this thread's first non-finite index (checked only for device rows)
   for (int base = threadIdx.x; base < H; base += kBatch * blockDim.x) {
     float v[kBatch];
 #pragma unroll
@@ -155,10 +158,18 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int i = base + u * blockDim.x;
-      if (i < H) xs[i] = v[u];
+      if (i < H) {
+        xs[i] = v[u];
+        if (p.non_finite != nullptr && !isfinite(v[u])) first_bad = min(first_bad, i);
+      }
     }
   }
   __syncthreads();
+  if (p.non_finite != nullptr) {  // uniform over the block: its barrier is safe
+    if (first_bad < H) atomicMin(&s_first_bad, first_bad);
+    __syncthreads();
+    if (threadIdx.x == 0) p.non_finite[t] = s_first_bad < H ? s_first_bad : -1;
+  }
   if (p.input_normed) {
     if (threadIdx.x == 0 && p.norm_path) p.norm_path[t] = 0;
     if (p.normed_out)

@@ -63,7 +63,8 @@ bool parse(std::string_view s, ActivationRoute& v) { return parse_name(kActivati
 bool parse(std::string_view s, SoftcapRoute& v) { return parse_name(kSoftcapNames, s, v); }
 bool parse(std::string_view s, BackendKind& v) { return parse_name(kBackendNames, s, v); }
 
-Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options) : model_(std::move(model)) {
+Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
+    : model_(std::move(model)), backend_kind_(options.backend) {
   if (!model_) throw Error("Engine needs a model");
   HeadView head = head_view(*model_);
   head.cuda_second_layout = options.cuda_second_layout;
@@ -102,12 +103,38 @@ Engine::~Engine() = default;
 std::string Engine::backend_name() const { return backend_->name(); }
 uint64_t Engine::device_bytes() const { return backend_->device_bytes(); }
 
+struct Engine::DeviceRows {
+  void* stream = nullptr;
+};
+
 RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOptions& options) {
   const HeadConfig& c = model_->config();
   if (tokens <= 0) throw Error("run needs at least one token, got " + std::to_string(tokens));
   if (hidden.size() != static_cast<size_t>(tokens) * static_cast<size_t>(c.hidden))
     throw Error("hidden state has " + std::to_string(hidden.size()) + " values, expected " +
                 std::to_string(tokens) + " tokens x " + std::to_string(c.hidden));
+  return run_rows(hidden.data(), tokens, options, nullptr);
+}
+
+RunResult Engine::run_device(const float* hidden, int tokens, void* cuda_stream, const RunOptions& options) {
+  if (backend_kind_ != BackendKind::cuda)
+    throw Error("run_device reads GPU memory: the " + backend_->name() +
+                " backend reads host memory (make the engine with the cuda backend, or use run())");
+  if (hidden == nullptr) throw Error("run_device: the hidden states' device pointer is null");
+  if (tokens <= 0) throw Error("run needs at least one token, got " + std::to_string(tokens));
+  if (backend_->takes_device_input()) {
+    const DeviceRows rows{cuda_stream};
+    return run_rows(hidden, tokens, options, &rows);
+  }
+  // A split engine's shards read one host buffer: the rows come over once, after the stream's work.
+  std::vector<float> host(static_cast<size_t>(tokens) * static_cast<size_t>(model_->config().hidden));
+  copy_device_rows_to_host(hidden, host.size(), cuda_stream, host.data());
+  return run_rows(host.data(), tokens, options, nullptr);
+}
+
+RunResult Engine::run_rows(const float* hidden, int tokens, const RunOptions& options, const DeviceRows* device) {
+  const HeadConfig& c = model_->config();
+  const size_t values = static_cast<size_t>(tokens) * static_cast<size_t>(c.hidden);
   if (options.input == InputKind::normed && !backend_->takes_normed_input())
     throw Error("the " + backend_->name() + " backend does not take already-normed input (--input normed)");
   const auto path = quant::llamacpp_path(c.head_type, c.vocab, c.hidden, tokens);
@@ -131,9 +158,10 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
   const bool sample_from_logits = sample::needs_logits(options.sampling);
   // One pass through a backend that checks while it copies (it names the same token and index);
   // otherwise every value is checked here, before any pass runs.
-  if (tokens > kMaxTokensPerPass || !backend_->checks_finite_input())
-    if (const size_t i = first_non_finite(hidden.data(), hidden.size()); i < hidden.size())
-      throw non_finite_hidden_error(hidden.data(), i, c.hidden);
+  // Rows in device memory are checked on the device, pass by pass (the backend names the token).
+  if (device == nullptr && (tokens > kMaxTokensPerPass || !backend_->checks_finite_input()))
+    if (const size_t i = first_non_finite(hidden, values); i < values)
+      throw non_finite_hidden_error(hidden, i, c.hidden);
 
   ForwardRequest req;
   req.input_normed = options.input == InputKind::normed;
@@ -146,6 +174,8 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
   req.want_logits = options.want_logits || sample_from_logits;
   req.want_stages = options.want_stages;
   req.want_stage_times = options.stage_times;
+  req.input_on_device = device != nullptr;
+  req.input_stream = device != nullptr ? device->stream : nullptr;
 
   std::lock_guard<std::mutex> one_call_at_a_time(run_mutex_);
   RunResult result;
@@ -159,7 +189,8 @@ RunResult Engine::run(std::span<const float> hidden, int tokens, const RunOption
   for (int first = 0; first < tokens; first += kMaxTokensPerPass) {
     const int n = std::min(kMaxTokensPerPass, tokens - first);
     ForwardOutput out;
-    backend_->forward(hidden.data() + static_cast<size_t>(first) * c.hidden, n, req, out);
+    req.first_token = first;
+    backend_->forward(hidden + static_cast<size_t>(first) * c.hidden, n, req, out);
     for (int t = 0; t < n; ++t) {
       const select::TokenSummary& s = out.summaries.at(t);
       TokenChoice choice;

@@ -26,6 +26,10 @@ std::unique_ptr<Backend> make_multi_gpu_backend(const HeadView&, int, int) {
   throw Error(std::string("the multi-GPU cuda backend is not available: ") + kNoCuda);
 }
 
+void copy_device_rows_to_host(const float*, size_t, void*, float*) {
+  throw Error(std::string("device hidden states need CUDA: ") + kNoCuda);
+}
+
 double measure_cuda_read_ceiling_gbps(uint64_t) {
   throw Error(std::string("the cuda read ceiling needs the cuda backend: ") + kNoCuda);
 }

@@ -251,14 +251,29 @@ def test_cuda_array_on_a_host_backend_is_refused(engine, model):
     assert fake.copies == 0
 
 
-def test_cuda_array_for_the_cuda_backend_is_copied_to_the_host(model):
+def test_cuda_array_for_the_cuda_backend_is_not_copied_to_the_host(model):
     from lmhead import _readable_copy
 
     h = hidden_states(2, model.hidden)
     fake = FakeCudaTensor(h)
-    host = _readable_copy(fake, "cuda (1 GPU)")
-    assert fake.copies == 1 and host.tobytes() == h.tobytes()
+    assert _readable_copy(fake, "cuda") is None  # the module reads it on the device, or says why not
+    assert fake.copies == 0
     assert _readable_copy(h, "cuda") is None  # a host array the module refused stays refused
+
+
+def test_stream_handles():
+    from lmhead import _stream_handle
+
+    class TorchLike:
+        cuda_stream = 0x1234
+
+    class CupyLike:
+        ptr = 0x5678
+
+    host = hidden_states(1, 8)
+    assert _stream_handle(host, 77) == 77
+    assert _stream_handle(host, TorchLike()) == 0x1234
+    assert _stream_handle(host, CupyLike()) == 0x5678
 
 
 # ---- threads -------------------------------------------------------------------------------------

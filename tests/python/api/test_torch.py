@@ -94,13 +94,53 @@ def test_example_generates(data_dir):
 def test_cuda_tensor_on_the_cuda_backend(model, hidden):
     want = reference(model, hidden, backend="cuda")
     e = lmhead.Engine(model, backend="cuda")
-    # Written on a side stream and run with that stream current: the read is ordered after it.
+    # Written on a side stream and run with that stream current: the device read is ordered after it.
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         on_gpu = (hidden.to("cuda", non_blocking=True) * 2) / 2
         out = e.run(on_gpu, top_k=2, logits=True)
     assert out.logits.tobytes() == want.logits.tobytes()
     assert out.top_k_ids.tolist() == want.top_k_ids.tolist()
+
+
+@cuda
+def test_cuda_tensor_is_read_after_its_stream(model, hidden):
+    # The rows are written behind ~0.2 s of GPU sleep on a side stream: read without waiting for
+    # that stream, the engine would see the zeros, not the rows.
+    want = reference(model, hidden, backend="cuda")
+    e = lmhead.Engine(model, backend="cuda")
+    side = torch.cuda.Stream()
+    for explicit in (False, True):
+        rows = torch.zeros_like(hidden, device="cuda")
+        torch.cuda.synchronize()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(400_000_000)
+            rows.copy_(hidden.to("cuda"))
+        if explicit:
+            out = e.run(rows, top_k=2, logits=True, stream=side)  # current stream: the default one
+        else:
+            with torch.cuda.stream(side):
+                out = e.run(rows, top_k=2, logits=True)
+        assert out.logits.tobytes() == want.logits.tobytes(), f"explicit stream {explicit}"
+
+
+@cuda
+def test_cuda_tensor_layouts_and_errors(model, hidden):
+    e = lmhead.Engine(model, backend="cuda")
+    want = reference(model, hidden, backend="cuda")
+    strided = hidden.t().contiguous().t().cuda()
+    assert not strided.is_contiguous()
+    assert e.run(strided, top_k=2, logits=True).logits.tobytes() == want.logits.tobytes()
+    assert e.run(hidden[1].cuda()).tokens.tolist() == want.tokens[1:2].tolist()
+    bad = hidden.cuda().clone()
+    bad[2, 5] = float("nan")
+    with pytest.raises(lmhead.InputError, match=r"token 2 has a non-finite value \(nan\) at index 5"):
+        e.run(bad)
+    with pytest.raises(lmhead.InputError, match="float32"):
+        e.run(hidden.cuda().half())
+    with pytest.raises(lmhead.InputError, match="width"):
+        e.run(hidden.cuda()[:, :-1].contiguous())
+    assert e.run(hidden.cuda(), logits=True).logits.tobytes() == want.logits.tobytes()  # whole after the errors
 
 
 @cuda
