@@ -6,6 +6,8 @@
 #   bench/gpu.sh [BUILD_DIR]     (default: build/cuda-carry if it holds binaries, else build/gpu)
 #   MODE=stress bench/gpu.sh     the correctness-under-load steps alone
 #   MODE=route bench/gpu.sh      the llama.cpp route's tests, then it beside the default route (Muse shape)
+#   MODE=python bench/gpu.sh     the Python package built with CUDA, its tests with torch, its overhead
+#                                (bench/gpu_python.sh; the full run does it too unless PYTHON_TESTS=0)
 # Logs go to $OUT (or /tmp/lmhead-gpu).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +26,7 @@ if [ -z "$BUILD" ]; then
 fi
 export LMHEAD_TEST_DATA_DIR=$ROOT/tests/data
 # Every GPU test (and the golden and sharding tests beside them), for the concurrency rounds.
-GPU_TESTS='Cuda*:MultiGpu*:*Golden*:Sharding*:*LlamaCpp*cuda*:LlamaCppRouteShapes.*:*LlamaCppVecDotTail*:SampleEngine.Cuda*'
+GPU_TESTS='Cuda*:MultiGpu*:*Golden*:Sharding*:*LlamaCpp*cuda*:LlamaCppRouteShapes.*:*LlamaCppVecDotTail*:SampleEngine.Cuda*:DeviceInput.*'
 
 step() { echo; echo "==== $* ===="; }
 
@@ -116,6 +118,22 @@ for t in ["q5_K", "q6_K", "q4_K", "f16", "bf16", "f32"]:
 PY
 }
 
+# The Python package with CUDA on this machine's Python (it has torch): CUDA tensors read in place,
+# the custom op, the call's overhead. Skipped with a note where python3 lacks torch.
+python_tests() {
+  step "Python package with CUDA (bench/gpu_python.sh)"
+  if ! python3 -c "import torch" 2>/dev/null; then echo "python3 has no torch: Python GPU tests not run"; PY_RC=skipped; return; fi
+  OUT="$OUT" timeout 500 bash bench/gpu_python.sh python3 "$BUILD/lmhead"
+  PY_RC=$?
+}
+
+if [ "${MODE:-full}" = "python" ]; then
+  python_tests
+  grep -E "passed|failed|skipped" "$OUT/python-tests.log" | tail -3
+  echo "python rc=$PY_RC"
+  exit 0
+fi
+
 if [ "${MODE:-full}" = "route" ]; then
   step "route llamacpp tests"
   timeout 300 "$BUILD/lmhead_tests" --gtest_filter="${ROUTE_TESTS:-*LlamaCpp*:CudaPlan*}" > "$OUT/tests.log" 2>&1
@@ -167,6 +185,8 @@ if [ -x "$BUILD/lmhead" ]; then
 fi
 
 if [ "${ROUTE_BENCH:-1}" = "1" ]; then route_bench; fi
+PY_RC=not-run
+if [ "${PYTHON_TESTS:-1}" = "1" ]; then python_tests; fi
 
 if [ "${PROFILE_AFTER:-0}" = "1" ]; then
   # The default head kernel at T = 1, 8 and 16 (stream kernels), a few sections each.
@@ -181,7 +201,7 @@ fi
 
 step "summary"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ info \]" "$OUT/tests.log" | head -30
-echo "tests rc=$TESTS_RC memcheck rc=$MEMCHECK_RC racecheck rc=$RACECHECK_RC bench rc=$BENCH_RC stress rc=$STRESS_RC"
+echo "tests rc=$TESTS_RC memcheck rc=$MEMCHECK_RC racecheck rc=$RACECHECK_RC bench rc=$BENCH_RC stress rc=$STRESS_RC python rc=$PY_RC"
 grep -h "^\[ stress \]\|^process" "$OUT/stress.log"
 cat "$OUT/rounds.log"
 grep -h "SUMMARY" "$OUT"/stress-*.log
@@ -191,3 +211,5 @@ awk -F', ' '{ gsub(/ MHz/, "", $2); gsub(/ W/, "", $3); if (min == "" || $2 + 0 
   END { printf "during the benchmark: SM clock min %s MHz, power max %s W, throttle reasons:", min, maxp; for (k in r) printf " %s (%d samples)", k, r[k]; print "" }' "$OUT/smi.csv"
 sed 's/^[0-9:.]* //' "$OUT/bench.log" | sed -n '/^| head |/,$p'
 [ -f "$OUT/route.log" ] && cat "$OUT/route.log"
+[ -f "$OUT/python-tests.log" ] && grep -E "passed|failed" "$OUT/python-tests.log" | tail -1
+[ -f "$OUT/python-overhead.log" ] && cat "$OUT/python-overhead.log"
