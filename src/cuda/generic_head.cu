@@ -11,6 +11,9 @@
 // order, so only where floats round differs.
 #include <cuda_runtime.h>
 
+#include <memory>
+
+#include "cuda/bf16_pairs.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/per_device.hpp"
@@ -125,6 +128,44 @@ __device__ __forceinline__ float dpbf16_step(float acc, float w, float a) {
   return plain ? r : dpbf16_step_exact(acc, w, a);
 }
 
+// BF16 pairs where every row and token of the warp passed the screen (bf16_pairs.hpp): the steps
+// are plain fused multiply-adds, the pair's odd element first. NT tokens of the pass's TCP; the
+// group's GE elements (FULL) or its first nend, a multiple of 2 * NL. Lane of group element e:
+// (e % (2 * NL)) / 2 (whole groups hold whole blocks of 2 * NL). Weights and activations go in
+// whole 16-byte chunks (8 elements, 4 pairs).
+template <int NT, bool FULL, int GE, int TCP, int NL>
+__device__ __forceinline__ void bf16_pairs_fma(float (&acc)[TCP][NL], const uint8_t* b, const float* xb, size_t f_pitch,
+                                               int nend) {
+  constexpr int QB = 2 * NL;
+  const float* xt[NT];
+#pragma unroll
+  for (int tj = 0; tj < NT; ++tj) xt[tj] = xb + size_t(tj) * f_pitch;
+#pragma unroll
+  for (int c = 0; c < GE / 8; ++c) {
+    if constexpr (!FULL) {
+      if (8 * c % QB == 0 && 8 * c >= nend) break;
+    }
+    const uint4 v = lds128(b + 16 * c);
+    float w[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      w[2 * k] = __uint_as_float(word_of(v, k) << 16);
+      w[2 * k + 1] = __uint_as_float(word_of(v, k) & 0xFFFF0000u);
+    }
+#pragma unroll
+    for (int tj = 0; tj < NT; ++tj) {
+      const float4 x0 = __ldg(reinterpret_cast<const float4*>(xt[tj] + 8 * c));
+      const float4 x1 = __ldg(reinterpret_cast<const float4*>(xt[tj] + 8 * c + 4));
+      const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+      for (int k = 0; k < 8; k += 2) {
+        float& a = acc[tj][((8 * c + k) & (QB - 1)) >> 1];
+        a = __fmaf_rn(w[k], x[k], __fmaf_rn(w[k + 1], x[k + 1], a));
+      }
+    }
+  }
+}
+
 template <TensorType T, bool FR, GenericOrder O, int NW, int S>
 __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadParams p) {
   constexpr int GE = Geometry<T>::GE, GB = Geometry<T>::GB, PITCH = pitch_of<T>();
@@ -195,6 +236,27 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
   };
   for (int s = 0; s < S - 1; ++s) issue();
   pdl_wait();
+
+  // BF16 pairs: bit tj set when token tj has an activation the screen turns away (bf16_pairs.hpp)
+  // among the elements taken in pairs; its rows then take the exact steps throughout.
+  uint32_t act_bad = 0;
+  if constexpr (kPairs) {
+    const int np = kVecFloat ? H / 64 * 64 : H;
+#pragma unroll
+    for (int tj = 0; tj < TCP; ++tj) {
+      if (tj >= p.tc) break;
+      const float* x = p.act_f + size_t(p.t0 + tj) * f_pitch;
+      bool bad = false;
+      for (int e = 4 * lane; e + 3 < np; e += 128) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(x + e));
+        bad |= bf16_pair_act_screened_out(__float_as_uint(v.x)) | bf16_pair_act_screened_out(__float_as_uint(v.y)) |
+               bf16_pair_act_screened_out(__float_as_uint(v.z)) | bf16_pair_act_screened_out(__float_as_uint(v.w));
+      }
+      for (int e = np / 4 * 4 + lane; e < np; e += 32) bad |= bf16_pair_act_screened_out(__float_as_uint(__ldg(x + e)));
+      if (__any_sync(0xffffffffu, bad)) act_bad |= 1u << tj;
+    }
+  }
+  uint32_t exact_rt = 0;  // BF16 pairs: bit tj set once this row's token tj has taken the exact steps
 
   float acc[TCP][NL];
   float extra[TCP][4];
@@ -433,27 +495,71 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
         // vec_dot: elements from the last multiple of 64 on (only in the row's last group) are
         // its tail, added one by one after the accumulators' reduction.
         const int vec_end = kVecFloat ? H / 64 * 64 - e0 : ne;
+        if constexpr (kPairs) {
+          // One vdpbf16ps lane per pair: vec_dot's c1 / c2 lane l holds pairs 64s + 2l / 64s + 32 + 2l
+          // (index (e % 64) / 2), the sgemm's lane l pairs 32s + 2l (index (e % 32) / 2).
+          const int nend = min(ne, vec_end);
+          // The screen of this group's weights (bf16_pairs.hpp), per half-word lane: the least
+          // magnitude minus one, a zero wrapping to 0xFFFF. The whole 256-byte group: its zero
+          // padding passes, and a tail weight of vec_dot's (not in a pair) can only send the group to
+          // the exact steps, which are right for every input.
+          uint32_t mmin = 0xFFFFFFFFu;
 #pragma unroll
-        for (int c = 0; c < GE / EPC; ++c) {
-          if (EPC * c >= min(ne, vec_end)) break;
-          const uint4 v = lds128(b + 16 * c);
-          if constexpr (kPairs) {
-            // One vdpbf16ps lane per pair: vec_dot's c1 / c2 lane l holds pairs 64s + 2l / 64s + 32 + 2l
-            // (index (e % 64) / 2), the sgemm's lane l pairs 32s + 2l (index (e % 32) / 2).
+          for (int c = 0; c < GE / EPC; ++c) {
+            const uint4 v = lds128(b + 16 * c);
 #pragma unroll
-            for (int k = 0; k < EPC; k += 2) {
-              const int e = EPC * c + k;
-              if (e >= min(ne, vec_end)) break;
-              const float w0 = weight(v, k), w1 = weight(v, k + 1);
-#pragma unroll
-              for (int tj = 0; tj < TCP; ++tj) {
-                if (tj >= p.tc) break;
-                const float* x = xb + size_t(tj) * f_pitch + e;
-                float& a = acc[tj][(e & (2 * NL - 1)) >> 1];
-                a = dpbf16_step(dpbf16_step(a, w1, __ldg(x + 1)), w0, __ldg(x));
+            for (int k = 0; k < 4; ++k) mmin = __viaddmin_u16x2(word_of(v, k) & 0x7FFF7FFFu, 0xFFFFFFFFu, mmin);
+          }
+          const bool w_bad = (mmin & 0xFFFFu) < kBf16PairWeightMin - 1 || (mmin >> 16) < kBf16PairWeightMin - 1;
+          const uint32_t live = (1u << min(p.tc, TCP)) - 1u;  // this pass's tokens
+          const uint32_t need = (exact_rt | act_bad | (w_bad ? live : 0u)) & live;
+          constexpr int QB = 2 * NL;  // elements per block: one pair of each lane
+          if (!__any_sync(0xffffffffu, need != 0) && nend % QB == 0) {
+            // Every row and token of the warp passed the screen here and before: plain fused
+            // multiply-adds, the odd element first; whole 16-byte chunks of weights and activations.
+            if constexpr (TCP == 1) {
+              if (nend == GE) bf16_pairs_fma<1, true, GE>(acc, b, xb, f_pitch, nend);
+              else bf16_pairs_fma<1, false, GE>(acc, b, xb, f_pitch, nend);
+            } else {
+              static_assert(TCP == 4, "token passes of 4");
+              switch (p.tc * 2 + (nend == GE ? 1 : 0)) {
+                case 2: bf16_pairs_fma<1, false, GE>(acc, b, xb, f_pitch, nend); break;
+                case 3: bf16_pairs_fma<1, true, GE>(acc, b, xb, f_pitch, nend); break;
+                case 4: bf16_pairs_fma<2, false, GE>(acc, b, xb, f_pitch, nend); break;
+                case 5: bf16_pairs_fma<2, true, GE>(acc, b, xb, f_pitch, nend); break;
+                case 6: bf16_pairs_fma<3, false, GE>(acc, b, xb, f_pitch, nend); break;
+                case 7: bf16_pairs_fma<3, true, GE>(acc, b, xb, f_pitch, nend); break;
+                case 8: bf16_pairs_fma<4, false, GE>(acc, b, xb, f_pitch, nend); break;
+                default: bf16_pairs_fma<4, true, GE>(acc, b, xb, f_pitch, nend); break;
               }
             }
           } else {
+            // Some row or token of the warp did not pass: every lane takes the emulated step (right
+            // for every input), pair by pair; the rows and tokens that did not pass keep to it until
+            // the row ends, since their accumulators may now be off the screen's grid.
+#pragma unroll 1
+            for (int base = 0; base < nend; base += QB) {
+#pragma unroll
+              for (int l = 0; l < NL; ++l) {
+                const int e = base + 2 * l;
+                if (e >= nend) break;
+                const uint32_t word = *reinterpret_cast<const uint32_t*>(b + 2 * e);
+                const float w0 = __uint_as_float(word << 16), w1 = __uint_as_float(word & 0xFFFF0000u);
+#pragma unroll
+                for (int tj = 0; tj < TCP; ++tj) {
+                  if (tj >= p.tc) break;
+                  const float* x = xb + size_t(tj) * f_pitch + e;
+                  acc[tj][l] = dpbf16_step(dpbf16_step(acc[tj][l], w1, __ldg(x + 1)), w0, __ldg(x));
+                }
+              }
+            }
+            exact_rt |= need;
+          }
+        } else {
+#pragma unroll
+          for (int c = 0; c < GE / EPC; ++c) {
+            if (EPC * c >= min(ne, vec_end)) break;
+            const uint4 v = lds128(b + 16 * c);
 #pragma unroll
             for (int k = 0; k < EPC; ++k) {
               const int e = EPC * c + k;
@@ -540,6 +646,7 @@ __global__ void __launch_bounds__(NW * 32, 2) generic_head_kernel(const HeadPara
         tail[tj] = 0.0;
         ftail[tj] = 0.0f;
       }
+      exact_rt = 0;
     }
     slot = slot + 1 == S ? 0 : slot + 1;
   }
@@ -572,7 +679,28 @@ void launch_typed(const HeadParams& p, int num_sms, bool pdl, cudaStream_t strea
   launch_head_kernel<kernel>(dim3(blocks), dim3(kWarps * 32), smem, pdl, stream, p);
 }
 
+__global__ void dpbf16_lanes_kernel(const float* acc, const float* w0, const float* a0, const float* w1, const float* a1,
+                                    int64_t n, float* out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = dpbf16_step(dpbf16_step(acc[i], w1[i], a1[i]), w0[i], a0[i]);
+}
+
 }  // namespace
+
+void dpbf16_lanes_on_device(const float* acc, const float* w0, const float* a0, const float* w1, const float* a1,
+                            int64_t n, float* out) {
+  if (n <= 0) return;
+  const size_t bytes = size_t(n) * sizeof(float);
+  float* d = nullptr;
+  CUDA_CHECK(cudaMalloc(&d, 6 * bytes));
+  const std::unique_ptr<float, cudaError_t (*)(void*)> owned(d, cudaFree);
+  const float* in[5] = {acc, w0, a0, w1, a1};
+  for (int i = 0; i < 5; ++i) CUDA_CHECK(cudaMemcpy(d + i * size_t(n), in[i], bytes, cudaMemcpyHostToDevice));
+  dpbf16_lanes_kernel<<<256, 256>>>(d, d + size_t(n), d + 2 * size_t(n), d + 3 * size_t(n), d + 4 * size_t(n), n,
+                                    d + 5 * size_t(n));
+  CUDA_CHECK_LAUNCH("dpbf16_lanes_kernel");
+  CUDA_CHECK(cudaMemcpy(out, d + 5 * size_t(n), bytes, cudaMemcpyDeviceToHost));
+}
 
 void launch_generic_head(const HeadParams& p, TensorType type, bool float_route, GenericOrder order, int num_sms,
                          bool pdl, cudaStream_t stream) {

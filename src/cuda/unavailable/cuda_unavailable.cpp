@@ -1,5 +1,6 @@
 // Linked when lmhead is built without a CUDA compiler: the cuda backend reports why it is absent.
 #include "backend/backend.hpp"
+#include "cuda/bf16_pairs.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/multi_gpu.hpp"
 
@@ -46,6 +47,9 @@ int device_count() { return 0; }
 void set_tuning_of_shards(Backend&, const Tuning&) { throw Error(std::string("cuda tuning: ") + kNoCuda); }
 std::vector<CallInfo> last_calls_of_shards(Backend&) { throw Error(std::string("cuda call info: ") + kNoCuda); }
 void set_shared_input(Backend&, bool) { throw Error(std::string("cuda input buffer: ") + kNoCuda); }
+void dpbf16_lanes_on_device(const float*, const float*, const float*, const float*, const float*, int64_t, float*) {
+  throw Error(std::string("cuda bf16 step check: ") + kNoCuda);
+}
 }  // namespace cuda
 
 }  // namespace lmhead
