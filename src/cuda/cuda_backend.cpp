@@ -10,14 +10,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/head_math.hpp"
+#include "cuda/call_buffers.hpp"
+#include "cuda/call_launch.hpp"
 #include "cuda/call_results.hpp"
+#include "cuda/call_shape.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_head.hpp"
@@ -32,39 +33,6 @@
 namespace lmhead {
 namespace cuda {
 namespace {
-
-constexpr int kPartialBlocksPerSm = 8;
-constexpr size_t kGuard = 1024;         // sentinel floats before and after the device logits
-constexpr uint32_t kGuardWord = 0xA5A5A5A5u;
-
-// One call as the graph cache sees it: the plan and the request's outputs.
-struct Shape {
-  int T = 0;
-  Plan plan;
-  bool float_route = false;
-  ActFormat format = ActFormat::q8_K;
-  int cap_mode = kScaleOnly;
-  int k = 0;
-  bool logprobs = false;
-  bool logits = false;
-  bool stages = false;
-  bool events = false;  // event nodes between the stages (TestHooks::stage_events and the request asks for stage times)
-  bool pdl = false;
-  bool sequential_norm = false;
-  bool input_normed = false;  // the prep kernel skips the norm (--input normed)
-  bool device_input = false;  // the rows are the caller's device memory (Engine::run_device)
-
-  auto key() const {
-    const unsigned flags = unsigned(logprobs) | unsigned(logits) << 1 | unsigned(stages) << 2 | unsigned(events) << 3 |
-                           unsigned(pdl) << 4 | unsigned(sequential_norm) << 5 | unsigned(input_normed) << 6 |
-                           unsigned(device_input) << 7;
-    return std::tuple(T, plan.kernel, plan.warps, plan.last_warps, int(format), cap_mode, k, flags);
-  }
-};
-using GraphKey = decltype(Shape{}.key());
-
-// The timing events of a call, in the order they are recorded.
-enum Event : int { kCallStart, kPrepDone, kHeadDone, kSelectDone, kCallEnd, kEvents };
 
 class CudaBackend final : public Backend {
  public:
@@ -97,38 +65,7 @@ class CudaBackend final : public Backend {
     // the work that reads it (docs/cuda.md, "Completion"); the synchronize at the end makes the
     // backend complete when the constructor returns.
     head_copies_ = std::make_unique<DeviceHead>(head, stream_);
-    const int64_t H = head.hidden, V = head.vocab;
-    gamma_.reset(size_t(H), stream_);
-    CUDA_CHECK(cudaMemcpyAsync(gamma_.get(), head.gamma, size_t(H) * 4, cudaMemcpyHostToDevice, stream_));
-    if (head.beta) {
-      beta_.reset(size_t(H), stream_);
-      CUDA_CHECK(cudaMemcpyAsync(beta_.get(), head.beta, size_t(H) * 4, cudaMemcpyHostToDevice, stream_));
-    }
-    if (head.head_bias) {
-      head_bias_.reset(size_t(V), stream_);
-      CUDA_CHECK(cudaMemcpyAsync(head_bias_.get(), head.head_bias, size_t(V) * 4, cudaMemcpyHostToDevice, stream_));
-    }
-    const size_t groups256 = size_t(H + 255) / 256;
-    act_qs_.reset(groups256 * kMaxTokens * kActPitch, stream_);
-    act_d_.reset(size_t(H + 31) / 32 * kMaxTokens, stream_);
-    act_bsp_.reset(groups256 * kMaxTokens * 4, stream_);
-    act_frag_.reset(groups256 * kMaxTokens * kFragPitch, stream_);
-    act_lanes_.reset(groups256 * kLanesTokens * 32 * kLanesPitch, stream_);  // zero slots must stay zero
-    act_f_.reset(groups256 * 256 * kMaxTokens, stream_);
-    logits_store_.reset(size_t(V) * kMaxTokens + 2 * kGuard, stream_);
-    CUDA_CHECK(cudaMemsetAsync(logits_store_.get(), 0xA5, logits_store_.bytes(), stream_));
-    logits_ = logits_store_.get() + kGuard;
-    partials_.reset(size_t(num_sms_) * kPartialBlocksPerSm * kMaxTokens, stream_);
-    counters_.reset(3, stream_);
-    done_flag_.reset(1);
-    *done_flag_.host() = 0;
-    max_out_.reset(kMaxTokens, stream_);
-    hidden_.reset(size_t(H) * kMaxTokens);
-    results_.reset(kMaxTokens);
-    norm_path_.reset(kMaxTokens);
-    device_rows_.reset(1);
-    *device_rows_.host() = nullptr;
-    non_finite_.reset(kMaxTokens);
+    buffers_ = std::make_unique<CallBuffers>(head, num_sms_, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaSetDevice(caller_device_));
   }
@@ -158,7 +95,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(device_));  // any host thread may call; cheap when already current
     Shape shape = make_shape(tokens, req);
     head_copies_->ensure(desc(shape.plan.kernel).reads);
-    ensure_buffers(shape);
+    if (buffers_->grow_outputs(shape, head_.vocab, head_.hidden, stream_)) clear_graphs();
 
     if (req.input_on_device) {
       // The caller's rows are read in place, after the work its stream has queued so far; the
@@ -166,11 +103,11 @@ class CudaBackend final : public Backend {
       check_device_rows(hidden);
       CUDA_CHECK(cudaEventRecord(input_ready_, static_cast<cudaStream_t>(req.input_stream)));
       CUDA_CHECK(cudaStreamWaitEvent(stream_, input_ready_, 0));
-      *device_rows_.host() = hidden;
+      *buffers_->device_rows.host() = hidden;
     } else {
       // A caller that already wrote the hidden states into this backend's input buffer saves the
       // copy: the multi-GPU backend's shards share one buffer (use_input_buffer), each copying a share.
-      float* const input = shared_input_ != nullptr ? shared_input_ : hidden_.host();
+      float* const input = buffers_->input_host();
       if (hidden != input) std::memcpy(input, hidden, size_t(tokens) * size_t(H) * sizeof(float));
     }
     const auto t_copied = std::chrono::steady_clock::now();
@@ -186,22 +123,21 @@ class CudaBackend final : public Backend {
     const TestHooks& hooks = tuning_.hooks;
     const bool poll = hooks.poll_done && !req.want_stage_times && !hooks.check_guards && shape.k == 0 &&
                       !shape.logprobs && !shape.logits && !shape.stages;
-    const unsigned flag_before = __atomic_load_n(done_flag_.host(), __ATOMIC_ACQUIRE);
+    const unsigned flag_before = __atomic_load_n(buffers_->done_flag.host(), __ATOMIC_ACQUIRE);
     if (!poll) record_event(kCallStart);
     last_.graph_replayed = hooks.use_graph && graphs_->replay(key);
-    if (!last_.graph_replayed) record(shape);
+    if (!last_.graph_replayed) record_call(shape, call_target());
     if (!poll) record_event(kCallEnd);
     const auto t_launched = std::chrono::steady_clock::now();
     if (poll) wait_for_done_flag(flag_before);
     else CUDA_CHECK(cudaStreamSynchronize(stream_));
     last_.polled = poll;
     const auto t_synced = std::chrono::steady_clock::now();
-    for (int t = 0; t < tokens; ++t) last_.norm_path[t] = norm_path_.host()[t];
+    for (int t = 0; t < tokens; ++t) last_.norm_path[t] = buffers_->norm_path.host()[t];
     if (req.input_on_device) refuse_non_finite_rows(hidden, tokens, req.first_token);
-    if (hooks.check_guards) last_.guards_intact = guards_intact();
+    if (hooks.check_guards) last_.guards_intact = buffers_->guards_intact(head_.vocab, stream_);
 
-    const HostResults h{results_.host(), h_candidates_.host(), h_sums_.host(), h_logits_.host(), h_normed_.host(),
-                        h_raw_.host(),     h_scaled_.host(),     h_div_.host(),  h_tanh_.host()};
+    const HostResults h = buffers_->host_results();
     read_results(h, tokens, V, H, shape.k, shape.logprobs, shape.logits, shape.stages, shape.cap_mode != kScaleOnly, out);
     if (poll) out.times.clear();
     else collect_times(shape, out.times);
@@ -211,7 +147,7 @@ class CudaBackend final : public Backend {
     last_.wait_us = us(t_launched, t_synced);
     last_.total_us = us(t_enter, std::chrono::steady_clock::now());
     // Captured only now: re-recording the events inside a capture would invalidate this call's.
-    if (hooks.use_graph && !last_.graph_replayed) graphs_->capture(key, [&] { record(shape); });
+    if (hooks.use_graph && !last_.graph_replayed) graphs_->capture(key, [&] { record_call(shape, call_target()); });
   }
 
   // Reads the hidden states from `portable` (page-locked, mapped and portable, kMaxTokens x hidden
@@ -221,7 +157,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(device_));
     clear_graphs();
     CUDA_CHECK(cudaSetDevice(caller_device_));
-    shared_input_ = portable;
+    buffers_->shared_input = portable;
   }
 
   // Phase two of the multi-GPU logprob exchange: the chunk sums of exp(x - max[t]) over the
@@ -233,24 +169,25 @@ class CudaBackend final : public Backend {
                   std::to_string(last_.tokens));
     CUDA_CHECK(cudaSetDevice(device_));
     const size_t V = size_t(head_.vocab), chunks = (V + kSumExpChunk - 1) / kSumExpChunk;
-    if (chunk_sums_.size() < size_t(kMaxTokens) * chunks) {
-      chunk_sums_.reset(size_t(kMaxTokens) * chunks, stream_);
-      h_sums_.reset(size_t(kMaxTokens) * chunks);
+    if (buffers_->chunk_sums.size() < size_t(kMaxTokens) * chunks) {
+      buffers_->chunk_sums.reset(size_t(kMaxTokens) * chunks, stream_);
+      buffers_->h_sums.reset(size_t(kMaxTokens) * chunks);
       clear_graphs();  // captured graphs may hold the old buffers
     }
-    // max_out_ is the head kernel's scratch: the next forward rewrites it.
-    CUDA_CHECK(cudaMemcpyAsync(max_out_.get(), max_per_token, size_t(tokens) * 4, cudaMemcpyHostToDevice, stream_));
+    // max_out is the head kernel's scratch: the next forward rewrites it.
+    CallBuffers& b = *buffers_;
+    CUDA_CHECK(cudaMemcpyAsync(b.max_out.get(), max_per_token, size_t(tokens) * 4, cudaMemcpyHostToDevice, stream_));
     SelectParams sp;
-    sp.logits = logits_;
-    sp.max_in = max_out_.get();
+    sp.logits = b.logits;
+    sp.max_in = b.max_out.get();
     sp.vocab = int(V);
     sp.T = tokens;
-    sp.chunk_sums = chunk_sums_.get();
+    sp.chunk_sums = b.chunk_sums.get();
     launch_sum_exp(sp, stream_);
-    CUDA_CHECK(cudaMemcpyAsync(h_sums_.host(), chunk_sums_.get(), size_t(tokens) * chunks * 8, cudaMemcpyDeviceToHost,
+    CUDA_CHECK(cudaMemcpyAsync(b.h_sums.host(), b.chunk_sums.get(), size_t(tokens) * chunks * 8, cudaMemcpyDeviceToHost,
                                stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::memcpy(out, h_sums_.host(), size_t(tokens) * chunks * 8);
+    std::memcpy(out, b.h_sums.host(), size_t(tokens) * chunks * 8);
   }
 
   uint64_t head_device_bytes() const { return head_copies_->bytes(); }
@@ -304,7 +241,7 @@ class CudaBackend final : public Backend {
   void refuse_non_finite_rows(const float* rows, int tokens, int first_token) const {
     const int64_t H = head_.hidden;
     for (int t = 0; t < tokens; ++t) {
-      const int32_t i = non_finite_.host()[t];
+      const int32_t i = buffers_->non_finite.host()[t];
       if (i < 0) continue;
       float value = 0;
       CUDA_CHECK(cudaMemcpy(&value, rows + size_t(t) * size_t(H) + size_t(i), sizeof value, cudaMemcpyDeviceToHost));
@@ -312,6 +249,8 @@ class CudaBackend final : public Backend {
                   std::to_string(value) + ") at index " + std::to_string(i));
     }
   }
+
+  CallTarget call_target() const { return CallTarget{head_, *head_copies_, *buffers_, num_sms_, stream_, events_}; }
 
   PlanDevice plan_device() const {
     PlanDevice d;
@@ -322,210 +261,7 @@ class CudaBackend final : public Backend {
     return d;
   }
 
-  // Lazily sized buffers of the optional outputs. A reallocation invalidates captured graphs.
-  void ensure_buffers(const Shape& s) {
-    const size_t V = size_t(head_.vocab), H = size_t(head_.hidden);
-    bool changed = false;
-    auto grow = [&](auto& arr, size_t n) {
-      if (arr.size() >= n) return;
-      if constexpr (requires { arr.host(); }) arr.reset(n);  // mapped host memory: no stream involved
-      else arr.reset(n, stream_);
-      changed = true;
-    };
-    const size_t TV = size_t(kMaxTokens) * V;
-    if (s.logits || s.stages) grow(h_logits_, TV);
-    if (s.stages) {
-      grow(raw_, TV); grow(h_raw_, TV);
-      grow(normed_, size_t(kMaxTokens) * H); grow(h_normed_, size_t(kMaxTokens) * H);
-      if (s.cap_mode != kScaleOnly) {
-        grow(scaled_, TV); grow(div_, TV); grow(tanh_, TV);
-        grow(h_scaled_, TV); grow(h_div_, TV); grow(h_tanh_, TV);
-      }
-    }
-    if (s.k > 0) {
-      const size_t n = size_t(kMaxTokens) * ((V + kTopKChunk - 1) / kTopKChunk) * size_t(std::min(s.k, kTopKChunk));
-      grow(candidates_, n);
-      grow(h_candidates_, n);
-    }
-    if (s.logprobs) {
-      const size_t n = size_t(kMaxTokens) * ((V + kSumExpChunk - 1) / kSumExpChunk);
-      grow(chunk_sums_, n);
-      grow(h_sums_, n);
-    }
-    if (changed) clear_graphs();
-  }
-
-  void record(const Shape& s) {
-    const bool stage_events = s.events;
-    const int64_t H = head_.hidden, V = head_.vocab;
-    const size_t TV = size_t(s.T) * size_t(V);
-    PrepParams pp;
-    pp.hidden = shared_input_ != nullptr ? shared_input_ : hidden_.device();
-    if (s.device_input) {
-      pp.hidden_at = device_rows_.device();
-      pp.non_finite = non_finite_.device();
-    }
-    pp.gamma = gamma_.get();
-    pp.layer_norm = head_.layer_norm ? 1 : 0;
-    pp.beta = head_.beta ? beta_.get() : nullptr;
-    pp.input_normed = s.input_normed ? 1 : 0;
-    pp.H = int(H);
-    pp.T = s.T;
-    pp.eps = head_.eps;
-    pp.format = s.format;
-    pp.force_sequential = s.sequential_norm ? 1 : 0;
-    if (s.plan.kernel == HeadKernel::llamacpp_repack) pp.positive_amax_tokens = s.T - s.T % 4;
-    pp.act_qs = act_qs_.get();
-    pp.act_d = act_d_.get();
-    pp.act_bsp = act_bsp_.get();
-    pp.act_frag = reads_fragment_acts(s.plan.kernel) ? act_frag_.get() : nullptr;
-    pp.act_lanes = reads_lanes_acts(s.plan.kernel) ? act_lanes_.get() : nullptr;
-    pp.act_f = act_f_.get();
-    pp.normed_out = s.stages ? normed_.get() : nullptr;
-    pp.norm_path = norm_path_.device();
-    launch_prep(pp, stream_);
-    if (stage_events) record_stage_event(kPrepDone);
-
-    HeadParams hp;
-    const DeviceHead& w = *head_copies_;
-    hp.weights = w.rows();
-    hp.aux = w.aux();
-    hp.row_stride = w.layout().row_stride;
-    hp.vocab = int(V);
-    hp.hidden = int(H);
-    hp.groups = w.layout().groups;
-    hp.T = s.T;
-    hp.act_qs = act_qs_.get();
-    hp.act_d = act_d_.get();
-    hp.act_bsp = act_bsp_.get();
-    hp.act_frag = act_frag_.get();
-    hp.act_lanes = act_lanes_.get();
-    hp.act_f = act_f_.get();
-    const CapParams cp = cap_params(head_, s.cap_mode == kCapFused ? SoftcapRoute::fused : SoftcapRoute::nodes);
-    hp.head_bias = head_.head_bias ? head_bias_.get() : nullptr;
-    hp.logit_scale = cp.logit_scale;
-    hp.cap = cp.cap;
-    hp.inv_cap = cp.inv_cap;
-    hp.cap_mode = s.cap_mode;
-    hp.logits = logits_;
-    hp.raw = s.stages ? raw_.get() : nullptr;
-    hp.partials = partials_.get();
-    hp.done_counter = counters_.get();
-    hp.tile_counter = counters_.get() + 1;
-    hp.call_seq = counters_.get() + 2;
-    hp.done_flag = done_flag_.device();
-    hp.results = results_.device();
-    hp.max_out = max_out_.get();
-    hp.stream_weights = w.lanes();
-    hp.stream_n_weights = w.subblocks();
-    launch_head(s, hp);
-    if (stage_events) record_stage_event(kHeadDone);
-
-    if (s.k > 0 || s.logprobs) {
-      SelectParams sp;
-      sp.logits = logits_;
-      sp.max_in = max_out_.get();
-      sp.vocab = int(V);
-      sp.T = s.T;
-      sp.k = s.k;
-      sp.k_chunk = std::min(s.k, kTopKChunk);
-      sp.candidates = candidates_.get();
-      sp.chunk_sums = chunk_sums_.get();
-      if (s.k > 0) launch_topk(sp, stream_);
-      if (s.logprobs) launch_sum_exp(sp, stream_);
-      if (stage_events) record_stage_event(kSelectDone);
-    }
-    if (s.stages && s.cap_mode != kScaleOnly)
-      launch_stage_nodes(raw_.get(), int(V), s.T, hp.logit_scale, hp.cap, hp.inv_cap, s.cap_mode, scaled_.get(),
-                         div_.get(), tanh_.get(), stream_);
-
-    auto d2h = [&](void* dst, const void* src, size_t bytes) {
-      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    };
-    if (s.k > 0) {
-      const size_t n = size_t(s.T) * ((size_t(V) + kTopKChunk - 1) / kTopKChunk) * size_t(std::min(s.k, kTopKChunk));
-      d2h(h_candidates_.host(), candidates_.get(), n * sizeof(int2));
-    }
-    if (s.logprobs) d2h(h_sums_.host(), chunk_sums_.get(), size_t(s.T) * ((size_t(V) + kSumExpChunk - 1) / kSumExpChunk) * 8);
-    if (s.logits || s.stages) d2h(h_logits_.host(), logits_, TV * 4);
-    if (s.stages) {
-      d2h(h_normed_.host(), normed_.get(), size_t(s.T) * size_t(H) * 4);
-      d2h(h_raw_.host(), raw_.get(), TV * 4);
-      if (s.cap_mode != kScaleOnly) {
-        d2h(h_scaled_.host(), scaled_.get(), TV * 4);
-        d2h(h_div_.host(), div_.get(), TV * 4);
-        d2h(h_tanh_.host(), tanh_.get(), TV * 4);
-      }
-    }
-  }
-
-  // The plan's kernel, in passes of at most its max_tokens tokens.
-  void launch_head(const Shape& s, HeadParams& hp) const {
-    const KernelDesc& kd = desc(s.plan.kernel);
-    for (int t0 = 0; t0 < s.T; t0 += kd.max_tokens) {
-      hp.t0 = t0;
-      hp.tc = std::min(kd.max_tokens, s.T - t0);
-      const bool pdl = s.pdl && t0 == 0;
-      const int warps = t0 + kd.max_tokens >= s.T ? s.plan.last_warps : s.plan.warps;
-      switch (s.plan.kernel) {
-        case HeadKernel::q5k_stream: launch_q5k_stream(hp, warps, false, pdl, num_sms_, stream_); break;
-        case HeadKernel::q4k_stream: launch_q5k_stream(hp, warps, true, pdl, num_sms_, stream_); break;
-        case HeadKernel::q6k_stream: launch_q6k_stream(hp, warps, false, pdl, num_sms_, stream_); break;
-        case HeadKernel::q6k_stream_tiled: launch_q6k_stream(hp, warps, true, pdl, num_sms_, stream_); break;
-        case HeadKernel::q8_0_stream: launch_q8_0_stream(hp, warps, pdl, num_sms_, stream_); break;
-        case HeadKernel::q5k_tma: launch_q5k_tma(hp, pdl, num_sms_, stream_); break;
-        case HeadKernel::q5k_stream_n: launch_q5k_stream_n(hp, warps, false, pdl, num_sms_, stream_); break;
-        case HeadKernel::q5k_stream_n_tiled: launch_q5k_stream_n(hp, warps, true, pdl, num_sms_, stream_); break;
-        case HeadKernel::q5k_lanes: launch_q5k_lanes(hp, pdl, num_sms_, stream_); break;
-        case HeadKernel::q5k_mma: {
-          MmaConfig mc;
-          mc.warps = warps;
-          mc.pdl = pdl;
-          launch_q5k_mma(hp, mc, num_sms_, stream_);
-          break;
-        }
-        case HeadKernel::generic:
-          launch_generic_head(hp, head_.type, s.float_route, GenericOrder::vec_dot, num_sms_, pdl, stream_);
-          break;
-        case HeadKernel::llamacpp_tiled:
-          launch_generic_head(hp, head_.type, false, GenericOrder::llamacpp_tiled, num_sms_, pdl, stream_);
-          break;
-        case HeadKernel::llamacpp_repack:
-          launch_generic_head(hp, head_.type, false, GenericOrder::llamacpp_repack, num_sms_, pdl, stream_);
-          break;
-        case HeadKernel::llamacpp_float_vec:
-          launch_generic_head(hp, head_.type, true, GenericOrder::llamacpp_float_vec, num_sms_, pdl, stream_);
-          break;
-        case HeadKernel::llamacpp_float_sgemm:
-          launch_generic_head(hp, head_.type, true, GenericOrder::llamacpp_float_sgemm, num_sms_, pdl, stream_);
-          break;
-      }
-    }
-  }
-
   void record_event(int i) { CUDA_CHECK(cudaEventRecord(events_[i], stream_)); }
-  // Inside a capture this becomes an event-record node of the graph, so replays time the stages.
-  void record_stage_event(int i) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
-    if (status == cudaStreamCaptureStatusActive)
-      CUDA_CHECK(cudaEventRecordWithFlags(events_[i], stream_, cudaEventRecordExternal));
-    else
-      CUDA_CHECK(cudaEventRecord(events_[i], stream_));
-  }
-
-  bool guards_intact() const {
-    std::vector<uint32_t> band(kGuard);
-    const size_t V = size_t(head_.vocab);
-    for (const float* p : {logits_store_.get(), logits_ + V * kMaxTokens}) {
-      CUDA_CHECK(cudaMemcpyAsync(band.data(), p, kGuard * 4, cudaMemcpyDeviceToHost, stream_));
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      for (uint32_t w : band)
-        if (w != kGuardWord) return false;
-    }
-    return true;
-  }
-
   // The last kernel's flag reaches host memory after its results; the stream reports completion
   // some microseconds later. Every 256 spins the stream is asked too, so a failed kernel surfaces
   // as its error instead of a hang.
@@ -535,7 +271,7 @@ class CudaBackend final : public Backend {
   // host the flag is read with acquire semantics, so neither the compiler nor the CPU moves the
   // reads of the answers before it.
   void wait_for_done_flag(unsigned before) {
-    const unsigned* flag = done_flag_.host();
+    const unsigned* flag = buffers_->done_flag.host();
     auto changed = [&] { return __atomic_load_n(flag, __ATOMIC_ACQUIRE) != before; };
     for (unsigned spin = 1;; ++spin) {
       if (changed()) return;
@@ -597,34 +333,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<GraphCache<GraphKey>> graphs_;
 
   std::unique_ptr<DeviceHead> head_copies_;
-  DeviceArray<float> gamma_;
-  DeviceArray<float> beta_;       // LayerNorm + bias only
-  DeviceArray<float> head_bias_;  // output.bias only
-  DeviceArray<int8_t> act_qs_;
-  DeviceArray<float> act_d_;
-  DeviceArray<uint32_t> act_bsp_;
-  DeviceArray<int8_t> act_frag_;
-  DeviceArray<int8_t> act_lanes_;
-  DeviceArray<float> act_f_;
-  DeviceArray<float> logits_store_, raw_, normed_, scaled_, div_, tanh_;
-  float* logits_ = nullptr;  // logits_store_ past its leading guard band
-  DeviceArray<PartialBest> partials_;
-  DeviceArray<unsigned> counters_;
-  DeviceArray<float> max_out_;
-  DeviceArray<int2> candidates_;
-  DeviceArray<double> chunk_sums_;
-
-  MappedHostArray<float> hidden_;
-  float* shared_input_ = nullptr;  // use_input_buffer: a portable mapped buffer the caller owns
-  MappedHostArray<TokenResult> results_;
-  MappedHostArray<int32_t> norm_path_;
-  MappedHostArray<const float*> device_rows_;  // the caller's rows of a device-input call
-  MappedHostArray<int32_t> non_finite_;        // per token of a device-input call: first bad index or -1
-  cudaEvent_t input_ready_ = nullptr;          // the caller's stream reached the call
-  MappedHostArray<unsigned> done_flag_;
-  MappedHostArray<float> h_logits_, h_raw_, h_normed_, h_scaled_, h_div_, h_tanh_;
-  MappedHostArray<int2> h_candidates_;
-  MappedHostArray<double> h_sums_;
+  std::unique_ptr<CallBuffers> buffers_;
+  cudaEvent_t input_ready_ = nullptr;  // the caller's stream reached the call
 };
 
 CudaBackend& as_cuda(Backend& b) {
@@ -664,49 +374,6 @@ void tanh_sweep(uint64_t first, uint64_t count, uint32_t* host_out) {
 }
 
 }  // namespace cuda
-
-void copy_device_rows_to_host(const float* device, size_t n, void* stream, float* host) {
-  cudaPointerAttributes a{};
-  CUDA_CHECK(cudaPointerGetAttributes(&a, device));
-  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
-    throw Error("device hidden states: the pointer is not GPU memory (run() takes host memory)");
-  int caller = 0;
-  CUDA_CHECK(cudaGetDevice(&caller));
-  if (a.type == cudaMemoryTypeDevice) CUDA_CHECK(cudaSetDevice(a.device));
-  // Ordered after the caller's work on its stream, and complete when this returns.
-  const cudaError_t copied = cudaMemcpyAsync(host, device, n * sizeof(float), cudaMemcpyDeviceToHost,
-                                             static_cast<cudaStream_t>(stream));
-  const cudaError_t synced = copied == cudaSuccess ? cudaStreamSynchronize(static_cast<cudaStream_t>(stream)) : copied;
-  CUDA_CHECK(cudaSetDevice(caller));
-  CUDA_CHECK(synced);
-}
-
-bool cuda_available(std::string* why_not) {
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) {
-    if (why_not) *why_not = std::string("no usable CUDA device (") + cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + ")";
-    cudaGetLastError();
-    return false;
-  }
-  if (n == 0) {
-    if (why_not) *why_not = "no CUDA device found";
-    return false;
-  }
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
-    if (why_not) *why_not = "cannot read the properties of CUDA device 0";
-    cudaGetLastError();
-    return false;
-  }
-  if (prop.major < 9) {
-    if (why_not)
-      *why_not = std::string("the cuda backend is built for compute capability 9.0 (Hopper) and newer; device 0 (") +
-                 prop.name + ") is " + std::to_string(prop.major) + "." + std::to_string(prop.minor);
-    return false;
-  }
-  return true;
-}
 
 std::unique_ptr<Backend> make_cuda_backend(const HeadView& head, int gpus) {
   return std::make_unique<cuda::CudaBackend>(head, gpus);
