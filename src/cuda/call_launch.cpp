@@ -19,6 +19,17 @@ void record_stage_event(cudaEvent_t event, cudaStream_t stream) {
     CUDA_CHECK(cudaEventRecord(event, stream));
 }
 
+// The generic kernel's walk each plan kernel of it runs; vec_dot for the kernels of their own.
+constexpr GenericOrder generic_order(HeadKernel k) {
+  switch (k) {
+    case HeadKernel::llamacpp_tiled: return GenericOrder::llamacpp_tiled;
+    case HeadKernel::llamacpp_repack: return GenericOrder::llamacpp_repack;
+    case HeadKernel::llamacpp_float_vec: return GenericOrder::llamacpp_float_vec;
+    case HeadKernel::llamacpp_float_sgemm: return GenericOrder::llamacpp_float_sgemm;
+    default: return GenericOrder::vec_dot;
+  }
+}
+
 // The plan's kernel, in passes of at most its max_tokens tokens.
 void launch_head(const Shape& s, HeadParams& hp, TensorType type, int num_sms, cudaStream_t stream) {
   const KernelDesc& kd = desc(s.plan.kernel);
@@ -44,20 +55,13 @@ void launch_head(const Shape& s, HeadParams& hp, TensorType type, int num_sms, c
         launch_q5k_mma(hp, mc, num_sms, stream);
         break;
       }
+      // float_route picks the generic walk's activations; the llama.cpp orders fix their own.
       case HeadKernel::generic:
-        launch_generic_head(hp, type, s.float_route, GenericOrder::vec_dot, num_sms, pdl, stream);
-        break;
       case HeadKernel::llamacpp_tiled:
-        launch_generic_head(hp, type, false, GenericOrder::llamacpp_tiled, num_sms, pdl, stream);
-        break;
       case HeadKernel::llamacpp_repack:
-        launch_generic_head(hp, type, false, GenericOrder::llamacpp_repack, num_sms, pdl, stream);
-        break;
       case HeadKernel::llamacpp_float_vec:
-        launch_generic_head(hp, type, true, GenericOrder::llamacpp_float_vec, num_sms, pdl, stream);
-        break;
       case HeadKernel::llamacpp_float_sgemm:
-        launch_generic_head(hp, type, true, GenericOrder::llamacpp_float_sgemm, num_sms, pdl, stream);
+        launch_generic_head(hp, type, s.float_route, generic_order(s.plan.kernel), num_sms, pdl, stream);
         break;
     }
   }
