@@ -9,35 +9,34 @@
 
 namespace lmhead::cuda {
 
-std::vector<DeviceHead::StreamCopy> DeviceHead::stream_copies() {
+std::vector<DeviceHead::StreamCopy> DeviceHead::stream_copies() const {
   const int64_t V = head_.vocab;
   const int G = layout_.groups;
   switch (head_.type) {
     case TensorType::Q5_K:
-      return {{&lanes_, stream::bytes(V, G), stream::kItemBytes,
+      return {{HeadCopy::lanes, stream::bytes(V, G), stream::kItemBytes,
                [](const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst) {
                  stream::transcode_tile(rows, groups, dst, stream::Split::lanes);
                }},
-              {&subblocks_, stream::bytes(V, G), stream::kItemBytes,
+              {HeadCopy::subblocks, stream::bytes(V, G), stream::kItemBytes,
                [](const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst) {
                  stream::transcode_tile(rows, groups, dst, stream::Split::subblocks);
                }}};
     case TensorType::Q4_K:
-      return {{&lanes_, stream::q4_bytes(V, G), stream::kQ4ItemBytes, stream::transcode_tile_q4k}};
+      return {{HeadCopy::lanes, stream::q4_bytes(V, G), stream::kQ4ItemBytes, stream::transcode_tile_q4k}};
     case TensorType::Q6_K:
-      return {{&lanes_, stream::q6_bytes(V, G), stream::kQ6ItemBytes, stream::transcode_tile_q6k}};
+      return {{HeadCopy::lanes, stream::q6_bytes(V, G), stream::kQ6ItemBytes, stream::transcode_tile_q6k}};
     case TensorType::Q8_0:
       if (head_.hidden % 256 != 0) return {};
-      return {{&lanes_, stream::q8_0_bytes(V, G), stream::kQ80ItemBytes, stream::transcode_tile_q8_0}};
+      return {{HeadCopy::lanes, stream::q8_0_bytes(V, G), stream::kQ80ItemBytes, stream::transcode_tile_q8_0}};
     default:
       return {};
   }
 }
 
 DeviceHead::StreamCopy* DeviceHead::find(HeadCopy c, std::vector<StreamCopy>& copies) {
-  DeviceArray<uint8_t>* target = c == HeadCopy::lanes ? &lanes_ : c == HeadCopy::subblocks ? &subblocks_ : nullptr;
   for (StreamCopy& s : copies)
-    if (s.target == target) return &s;
+    if (s.copy == c) return &s;
   return nullptr;
 }
 
@@ -87,8 +86,8 @@ unsigned DeviceHead::on_demand() const {
   // Only next to another stream layout: a device without room for one holds the file's rows.
   if (lanes_.size() == 0 && subblocks_.size() == 0) return 0;
   unsigned c = 0;
-  for (StreamCopy& s : const_cast<DeviceHead*>(this)->stream_copies())
-    if (s.target->size() == 0) c |= copy_bit(s.target == &lanes_ ? HeadCopy::lanes : HeadCopy::subblocks);
+  for (const StreamCopy& s : stream_copies())
+    if (array(s.copy).size() == 0) c |= copy_bit(s.copy);
   return c;
 }
 
@@ -157,7 +156,7 @@ void DeviceHead::upload_rows() {
 
 void DeviceHead::upload_stream(const std::vector<StreamCopy>& copies) {
   const int64_t V = head_.vocab;
-  for (const StreamCopy& c : copies) c.target->reset(c.bytes, stream_);
+  for (const StreamCopy& c : copies) array(c.copy).reset(c.bytes, stream_);
   const int64_t chunk = rows_per_chunk();
   std::vector<uint8_t> staging;
   int last_pct = -1;
@@ -182,7 +181,7 @@ void DeviceHead::upload_stream(const std::vector<StreamCopy>& copies) {
           }
         });
       for (std::thread& th : pool) th.join();
-      upload(c.target->get() + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(), staging.size());
+      upload(array(c.copy).get() + uint64_t(r0 / stream::kTileRows) * tile_bytes, staging.data(), staging.size());
     }
     report_progress(r0 + n, last_pct, "stream layouts");
   }

@@ -41,13 +41,16 @@ class DeviceHead {
  private:
   // One stream copy of the head: its size, its item size and the tile transcoder that fills it.
   struct StreamCopy {
-    DeviceArray<uint8_t>* target;
+    HeadCopy copy;  // lanes or subblocks
     uint64_t bytes;
     int item_bytes;
     void (*transcode)(const uint8_t* const (&rows)[stream::kTileRows], int groups, uint8_t* dst);
   };
-  std::vector<StreamCopy> stream_copies();
-  StreamCopy* find(HeadCopy c, std::vector<StreamCopy>& copies);
+  std::vector<StreamCopy> stream_copies() const;
+  static StreamCopy* find(HeadCopy c, std::vector<StreamCopy>& copies);
+  // The buffer of a stream copy (lanes or subblocks).
+  DeviceArray<uint8_t>& array(HeadCopy c) { return c == HeadCopy::lanes ? lanes_ : subblocks_; }
+  const DeviceArray<uint8_t>& array(HeadCopy c) const { return c == HeadCopy::lanes ? lanes_ : subblocks_; }
   uint64_t working_bytes() const;
   int64_t rows_per_chunk() const;
   void report_progress(int64_t done, int& last_pct, const char* what) const;
