@@ -93,16 +93,14 @@ TEST(GoldenTail, Q6KEveryIsaThreadCountAndBatch) {
     const std::vector<float> in = rows_of(hidden, order, H);
     ForwardRequest req;
     req.want_stages = true;
-    for (cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512}) {
-      if (!cpu::cpu_supports(isa)) continue;
-      for (int threads : {1, 2, 3}) {
-        SCOPED_TRACE(std::to_string(tokens) + " tokens, " + cpu::isa_name(isa) + ", " + std::to_string(threads) +
-                     " threads");
+    {
+      SCOPED_TRACE(std::to_string(tokens) + " tokens");
+      for_each_cpu_isa(view, {1, 2, 3}, [&](Backend& backend, const std::string&) {
         ForwardOutput out;
-        cpu::make_cpu_backend_limited(view, threads, isa)->forward(in.data(), tokens, req, out);
+        backend.forward(in.data(), tokens, req, out);
         EXPECT_TRUE(same_bytes(out.stages.raw, rows_of(raw, order, V))) << "logits_raw";
         EXPECT_TRUE(same_bytes(out.logits, rows_of(capped, order, V))) << "logits_capped";
-      }
+      });
     }
     for (BackendKind backend : {BackendKind::scalar, BackendKind::cpu})
       for (int shards : {1, 2, 3}) {

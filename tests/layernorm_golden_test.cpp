@@ -108,16 +108,12 @@ TEST_P(LayerNormGolden, BiasThenScaleAndCapOnEveryIsaThreadCountAndBatch) {
       make_scalar_backend(view)->forward(in.data(), tokens, req, out);
       check(out);
     }
-    for (cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512}) {
-      if (!cpu::cpu_supports(isa)) continue;
-      for (int threads : {1, 2, 3}) {
-        SCOPED_TRACE(std::to_string(tokens) + " tokens, " + cpu::isa_name(isa) + ", " + std::to_string(threads) +
-                     " threads");
-        ForwardOutput out;
-        cpu::make_cpu_backend_limited(view, threads, isa)->forward(in.data(), tokens, req, out);
-        check(out);
-      }
-    }
+    SCOPED_TRACE(std::to_string(tokens) + " tokens");
+    for_each_cpu_isa(view, {1, 2, 3}, [&](Backend& backend, const std::string&) {
+      ForwardOutput out;
+      backend.forward(in.data(), tokens, req, out);
+      check(out);
+    });
   }
 }
 

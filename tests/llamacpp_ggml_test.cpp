@@ -175,11 +175,10 @@ TEST(LlamaCppGgmlMulMat, BackendsAreGgmlBytes) {
       ForwardOutput out;
       make_scalar_backend(view)->forward(g.x.data(), T, req, out);
       EXPECT_TRUE(same_bytes(out.logits, want)) << g.file << " at T = " << T << ", scalar";
-      for (cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512}) {
-        if (!cpu::cpu_supports(isa)) continue;
-        cpu::make_cpu_backend_limited(view, 2, isa)->forward(g.x.data(), T, req, out);
-        EXPECT_TRUE(same_bytes(out.logits, want)) << g.file << " at T = " << T << ", cpu " << cpu::isa_name(isa);
-      }
+      for_each_cpu_isa(view, {2}, [&](Backend& backend, const std::string& label) {
+        backend.forward(g.x.data(), T, req, out);
+        EXPECT_TRUE(same_bytes(out.logits, want)) << g.file << " at T = " << T << ", cpu " << label;
+      });
     }
   }
 }

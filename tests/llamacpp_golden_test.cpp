@@ -184,12 +184,11 @@ TEST(LlamaCppRouteIsa, EveryLevelGivesLlamaCppBytes) {
     req.route = Route::llamacpp;
     req.llamacpp_path = quant::llamacpp_path(hc.head_type, hc.vocab, hc.hidden, c.tokens);
     req.want_logits = true;
-    for (cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512}) {
-      if (!cpu::cpu_supports(isa)) continue;
+    for_each_cpu_isa(head_view(*g.model), {2}, [&](Backend& backend, const std::string& label) {
       ForwardOutput out;
-      cpu::make_cpu_backend_limited(head_view(*g.model), 2, isa)->forward(g.hidden.values.data(), c.tokens, req, out);
-      EXPECT_TRUE(same_bytes(out.logits, g.want.values)) << case_name(c) << " at " << cpu::isa_name(isa);
-    }
+      backend.forward(g.hidden.values.data(), c.tokens, req, out);
+      EXPECT_TRUE(same_bytes(out.logits, g.want.values)) << case_name(c) << " at " << label;
+    });
   }
 }
 

@@ -11,9 +11,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "backend/backend.hpp"
+#include "cpu/cpu_backend.hpp"
+#include "cpu/kernels.hpp"
 #include "gguf/gguf.hpp"
 
 namespace lmhead::testing {
@@ -34,6 +38,20 @@ inline std::vector<float> golden_f32(const gguf::File& f, const std::string& nam
   std::vector<float> v(t->elements());
   std::memcpy(v.data(), t->data, v.size() * sizeof(float));
   return v;
+}
+
+// Calls f(backend, label) with the CPU backend limited to each instruction set this CPU runs
+// (scalar, avx2, avx512) and each of `thread_counts`; label names both (also a SCOPED_TRACE).
+template <class F>
+void for_each_cpu_isa(const HeadView& view, std::initializer_list<int> thread_counts, F&& f) {
+  for (cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512}) {
+    if (!cpu::cpu_supports(isa)) continue;
+    for (int threads : thread_counts) {
+      const std::string label = std::string(cpu::isa_name(isa)) + ", " + std::to_string(threads) + " threads";
+      SCOPED_TRACE(label);
+      f(*cpu::make_cpu_backend_limited(view, threads, isa), label);
+    }
+  }
 }
 
 inline uint32_t bits_of(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
