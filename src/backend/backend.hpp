@@ -51,13 +51,16 @@ inline HeadView head_view(const Model& m) {
   return h;
 }
 
+// Tokens of one Backend::forward() at most: the engine splits longer batches into passes of this many.
+constexpr int kMaxTokensPerPass = 16;
+
 struct ForwardRequest {
   bool input_normed = false;  // the rows are already through the final norm: skip it (InputKind::normed)
   ActivationRoute activations = ActivationRoute::q8;
   SoftcapRoute softcap = SoftcapRoute::nodes;
   Route route = Route::vec_dot;
   // Route::llamacpp: llama.cpp's path, chosen by the engine from the whole head and the whole call's
-  // token count (a pass has at most 16 tokens and a shard only some rows; neither changes the path).
+  // token count (a pass has at most kMaxTokensPerPass tokens and a shard only some rows; neither changes the path).
   quant::LlamaCppPath llamacpp_path = quant::LlamaCppPath::vec_dot;
   int top_k = 0;
   bool logprobs = false;     // fill ForwardOutput::sum_exp

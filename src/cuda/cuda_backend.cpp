@@ -34,6 +34,8 @@ namespace lmhead {
 namespace cuda {
 namespace {
 
+static_assert(kMaxTokens == kMaxTokensPerPass, "a pass of the engine is one call's graph");
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const HeadView& head, int gpus, int device = 0) : head_(head), device_(device) {

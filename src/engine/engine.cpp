@@ -16,8 +16,6 @@
 namespace lmhead {
 
 namespace {
-constexpr int kMaxTokensPerPass = 16;
-
 template <class E>
 struct Names { E value; std::string_view name; };
 constexpr Names<ActivationRoute> kActivationNames[] = {{ActivationRoute::q8, "q8"}, {ActivationRoute::f32, "f32"}};
