@@ -12,7 +12,7 @@
 namespace lmhead::cuda {
 namespace lanes_math {
 
-constexpr int kTileRows = 16;
+using stream::kTileRows;
 constexpr int kZeroWords = 16;  // the B pairs of the threads that hold no lane
 
 

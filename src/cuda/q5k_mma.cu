@@ -22,12 +22,13 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/device_common.cuh"
+#include "cuda/stream_layout.hpp"
 
 namespace lmhead::cuda {
 namespace {
 
 constexpr int kBlockBytes = 176;                      // Q5_K super-block
-constexpr int kTileRows = 16;
+using stream::kTileRows;  // the MMA tile's 16 rows, as in the stream layouts
 constexpr int kStageBytes = kTileRows * kBlockBytes;  // 2816: one super-block of 16 rows
 constexpr int kStageChunks = kStageBytes / 16;        // 176
 constexpr int kCopiesPerLane = (kStageChunks + 31) / 32;  // 6
