@@ -3,6 +3,7 @@
 # directory, the pytest suite with torch (CUDA tensors, the custom op, torch.compile, the example),
 # and the Python call's overhead beside `lmhead bench` (T=1, argmax only, cuda backend).
 #   bench/gpu_python.sh [PYTHON] [CLI]    (default: python3; CLI: build/gpu/lmhead when present)
+#   SITE=DIR: the package installed there already (pip install --target DIR), not built again
 # Logs go to $OUT (or /tmp/lmhead-gpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,13 +11,17 @@ PY=${1:-python3}
 CLI=${2:-build/gpu/lmhead}
 OUT=${OUT:-/tmp/lmhead-gpu}
 mkdir -p "$OUT"
-site="$OUT/py-site"
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 # The GPU machine's image has these; nothing can be fetched there.
 "$PY" -c "import nanobind, scikit_build_core, pytest, numpy" ||
   { echo "gpu_python.sh: $PY lacks nanobind, scikit-build-core, pytest or numpy" >&2; exit 2; }
-rm -rf "$site"
-CMAKE_ARGS="${CMAKE_ARGS:--DLMHEAD_CUDA=ON}" "$PY" -m pip install --no-deps --no-build-isolation --target "$site" . 2>&1 | tail -5
+if [ -n "${SITE:-}" ] && [ -d "$SITE/lmhead" ]; then
+  site=$SITE  # built already (bench/gpu.sh builds it in the background)
+else
+  site="$OUT/py-site"
+  rm -rf "$site"
+  CMAKE_ARGS="${CMAKE_ARGS:--DLMHEAD_CUDA=ON}" "$PY" -m pip install --no-deps --no-build-isolation --target "$site" . 2>&1 | tail -5
+fi
 PYTHONPATH="$site" "$PY" -c "import lmhead, sys; print('lmhead', lmhead.__version__, 'cuda', lmhead.has_cuda); sys.exit(not lmhead.has_cuda)"
 cli_arg=()
 [ -x "$CLI" ] && cli_arg=(--cli "$CLI") && export LMHEAD_CLI="$PWD/$CLI"
