@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes docs/fidelity.md from real runs: what each head type and route costs in fidelity.
 
-The same f32 weights (Muse Glimmer's hidden size 6,656; a vocabulary slice, see --vocab) are
+The same f32 weights (the Muse Glimmer shape, 202,048 x 6,656, or a slice of its vocabulary) are
 quantized with `lmhead quantize` to Q4_K, Q5_K, Q6_K, Q8_0 and F16; every route (q8 or f32
 activations, node or fused soft cap) of every head is compared by `lmhead compare --json` with the
 f64 oracle of the f32 weights, over many hidden states. The cap's effect on the argmax is counted on
@@ -11,9 +11,10 @@ saturate the cap. Only the Python standard library is used.
     tools/fidelity.py --lmhead build/cpu/lmhead --tokens 32 --saturate 150 --out docs/fidelity.md
 
 The default is the whole Muse vocabulary (202,048 rows): 5.4 GB of f32 weights and 12.3 GB of
-scratch files in all, about 40 minutes on two cores; --vocab N takes a slice for a quicker run. The
-measurements are also written as JSON beside the scratch files (results.json); --render FILE writes
-the markdown again from such a file without running anything.
+scratch files in all, about an hour on two cores (most of it the f64 oracle, computed again for each
+of the 40 comparisons); --vocab N takes a slice for a quicker run. The measurements are also written
+as JSON beside the scratch files (results.json); --render FILE writes the markdown again from such a
+file without running anything.
 """
 import argparse
 import array
@@ -194,7 +195,7 @@ def write_markdown(res, path):
     w(f"Two input sets of {T} tokens each: **hidden**: {T} N(0, 1) hidden states through the final norm (gamma "
       f"1 + N(0, 0.1)); **saturating**: {T} normed vectors of {saturate:g} x N(0, 1) given with `--input normed`, "
       "so the largest scaled logits pass 9 x cap and round to exactly 20.0f in f32 (numerics.md, token choice).\n")
-    w(f"Policy (the chapter's, numerics.md §9): `{POLICY}` (max |d| < 11, mean |d| < 1.25). KL is "
+    w(f"Policy (the chapter's; the grammar: `lmhead compare --help`, `lmhead.policy_grammar()`): `{POLICY}` (max |d| < 11, mean |d| < 1.25). KL is "
       "KL(softmax(oracle) || softmax(route)) per token, in double, averaged over tokens; top-10 overlap is the mean "
       "fraction of the oracle's ten largest ids the route also has among its ten.\n")
 
