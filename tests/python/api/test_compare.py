@@ -199,6 +199,9 @@ def test_input_forms():
     wide_a[::2, ::2], wide_b[::2, ::2] = a, b
     assert lmhead.compare(wide_a[::2, ::2], wide_b[::2, ::2], top_k=7).as_dict() == want
     assert lmhead.compare(np.asfortranarray(a), b, top_k=7).as_dict() == want
+    rev = lmhead.compare(a[::-1, ::-1], b[::-1, ::-1], top_k=7).as_dict()  # negative strides
+    assert rev == lmhead.compare(a[::-1, ::-1].copy(), b[::-1, ::-1].copy(), top_k=7).as_dict()
+    assert rev["max_abs"] == want["max_abs"] and rev["tokens"][0]["argmax_a"] == 299 - want["tokens"][3]["argmax_a"]
     # [V] is one token, as the CLI reads a [V] .npy.
     one = lmhead.compare(a[1], b[1], top_k=7)
     assert one.shape == (1, 300) and one.as_dict()["tokens"][0] == dict(want["tokens"][1], token=0)
