@@ -55,7 +55,8 @@ endif()
 message(STATUS "lmhead: Python module ${LMHEAD_HAVE_PYTHON}")
 if(LMHEAD_HAVE_PYTHON)
   # The stable ABI (one wheel for every CPython >= 3.12) where the interpreter allows it.
-  nanobind_add_module(_lmhead NB_STATIC STABLE_ABI ${PROJECT_SOURCE_DIR}/python/src/lmhead_py.cpp)
+  nanobind_add_module(_lmhead NB_STATIC STABLE_ABI ${PROJECT_SOURCE_DIR}/python/src/lmhead_py.cpp
+                    ${PROJECT_SOURCE_DIR}/python/src/compare_py.cpp)
   target_include_directories(_lmhead PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(_lmhead PRIVATE lmhead_core)
   target_compile_definitions(_lmhead PRIVATE LMHEAD_VERSION_STRING="${PROJECT_VERSION}")

@@ -8,11 +8,24 @@
 
 Failures raise lmhead.Error with the engine's message; the caller's bad values (shape, dtype,
 device, a NaN, an option out of range) raise lmhead.InputError, which is also a ValueError.
+
+Two sets of logits under a bounded-logit policy, the figures `lmhead compare --json` prints:
+
+    c = lmhead.compare(a, b, policy="max<11,mean<1.25", top_k=5)   # float32/float64 [V] or [T, V]
+    c.max_abs, c.mean_abs, c.differing, c.max_ulp, c.argmax_agree, c.topk_overlap, c.kl_mean
+    c.tokens[t].kl, c.policy[i].measured, c.policy_holds, c.as_dict()
+    lmhead.parse_policy("max<11,argmax=all"), lmhead.policy_grammar()
 """
 from ._lmhead import Error, InputError, Model, RunOutput, __version__, has_cuda
 from ._lmhead import Engine as _Engine
 
 __all__ = ["Error", "InputError", "Model", "Engine", "RunOutput", "__version__", "has_cuda"]
+
+from ._lmhead import (ClauseResult, Comparison, Policy, PolicyClause, TokenComparison, compare, parse_policy,
+                      policy_grammar)
+
+__all__ += ["compare", "parse_policy", "policy_grammar", "Comparison", "TokenComparison", "ClauseResult", "Policy",
+            "PolicyClause"]
 
 _CUDA_DLPACK_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
 

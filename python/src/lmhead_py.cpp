@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "compare_py.hpp"
 #include "lmhead/lmhead.hpp"
 
 namespace nb = nanobind;
@@ -368,4 +369,6 @@ NB_MODULE(_lmhead, m) {
                    "float32 [T, V]: the capped logits (logits=True), else None; the bytes `lmhead run --out` writes")
       .def_prop_ro("backend", [](const PyOutput& o) { return o.backend; })
       .def("__len__", [](const PyOutput& o) { return o.tokens; });
+
+  bind_compare(m);  // lmhead.compare, parse_policy, policy_grammar (compare_py.cpp)
 }
