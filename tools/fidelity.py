@@ -195,7 +195,7 @@ def write_markdown(res, path):
     w(f"Two input sets of {T} tokens each: **hidden**: {T} N(0, 1) hidden states through the final norm (gamma "
       f"1 + N(0, 0.1)); **saturating**: {T} normed vectors of {saturate:g} x N(0, 1) given with `--input normed`, "
       "so the largest scaled logits pass 9 x cap and round to exactly 20.0f in f32 (numerics.md, token choice).\n")
-    w(f"Policy (the chapter's; the grammar: `lmhead compare --help`, `lmhead.policy_grammar()`): `{POLICY}` (max |d| < 11, mean |d| < 1.25). KL is "
+    w(f"Policy (the chapter's; the grammar: numerics.md §11, `lmhead compare --help`, `lmhead.policy_grammar()`): `{POLICY}` (max |d| < 11, mean |d| < 1.25). KL is "
       "KL(softmax(oracle) || softmax(route)) per token, in double, averaged over tokens; top-10 overlap is the mean "
       "fraction of the oracle's ten largest ids the route also has among its ten.\n")
 

@@ -1,5 +1,5 @@
 #pragma once
-// Comparing two engines' logits under a bounded-logit policy (numerics.md §9), and the f64 oracle
+// Comparing two engines' logits under a bounded-logit policy (numerics.md §11), and the f64 oracle
 // every route is measured against.
 //
 //   lmhead::Policy p = lmhead::parse_policy("max<11,mean<1.25,argmax=all");

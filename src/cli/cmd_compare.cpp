@@ -1,4 +1,4 @@
-// `lmhead compare A B`: two engines' logits under a bounded-logit policy (numerics.md §9). A thin
+// `lmhead compare A B`: two engines' logits under a bounded-logit policy (numerics.md §11). A thin
 // client of lmhead/compare.hpp; exit 0 when the policy holds, 1 when it is violated, 2 on bad input.
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -226,7 +226,7 @@ int run_compare(const CompareArgs& args) {
 Action register_compare(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "compare",
-      "Compare two sets of logits under a bounded-logit policy (numerics.md §9): exit 0 when the policy holds, "
+      "Compare two sets of logits under a bounded-logit policy (numerics.md §11): exit 0 when the policy holds, "
       "1 when it is violated, 2 on bad input");
   auto a = std::make_shared<CompareArgs>();
   const std::string source_help =

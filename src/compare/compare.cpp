@@ -1,4 +1,4 @@
-// Bounded-logit comparison (numerics.md §9): distances, argmax and top-k agreement, KL, policies.
+// Bounded-logit comparison (numerics.md §11): distances, argmax and top-k agreement, KL, policies.
 #include "lmhead/compare.hpp"
 
 #include <algorithm>
