@@ -48,6 +48,9 @@ struct Policy {
 Policy parse_policy(std::string_view text);
 // The grammar as help text (the CLI prints it; docs/fidelity.md quotes it).
 std::string_view policy_grammar();
+// A clause's metric and operator as the grammar spells them ("max", "klmax", "<=", ...).
+std::string_view to_string(PolicyClause::Metric metric);
+std::string_view to_string(PolicyClause::Op op);
 
 struct TokenComparison {
   double max_abs = 0, mean_abs = 0;

@@ -1,7 +1,8 @@
-// lmhead.compare: two sets of logits under a bounded-logit policy (numerics.md §9), over
+// lmhead.compare: two sets of logits under a bounded-logit policy (numerics.md §11), over
 // lmhead::compare. The figures are the ones `lmhead compare --json` prints, computed by the same
 // code; as_dict() gives that JSON object less its "a" and "b" (the CLI's names of the sources).
 #include "compare_py.hpp"
+#include "dtype_name.hpp"
 
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -27,42 +28,8 @@ nb::handle g_input_error;  // lmhead.InputError, looked up once the module has m
   throw nb::python_error();
 }
 
-std::string metric_name(lmhead::PolicyClause::Metric m) {
-  using M = lmhead::PolicyClause::Metric;
-  switch (m) {
-    case M::max_abs: return "max";
-    case M::mean_abs: return "mean";
-    case M::kl: return "kl";
-    case M::kl_max: return "klmax";
-    case M::argmax: return "argmax";
-    case M::topk: return "topk";
-    case M::differing: return "differing";
-    case M::ulp: return "ulp";
-  }
-  return "?";
-}
-
-std::string op_name(lmhead::PolicyClause::Op op) {
-  using O = lmhead::PolicyClause::Op;
-  switch (op) {
-    case O::lt: return "<";
-    case O::le: return "<=";
-    case O::gt: return ">";
-    case O::ge: return ">=";
-    case O::eq: return "=";
-  }
-  return "?";
-}
-
-std::string dtype_name(const nb::dlpack::dtype& d) {
-  const char* kind = d.code == uint8_t(nb::dlpack::dtype_code::Float)    ? "float"
-                     : d.code == uint8_t(nb::dlpack::dtype_code::Int)    ? "int"
-                     : d.code == uint8_t(nb::dlpack::dtype_code::UInt)   ? "uint"
-                     : d.code == uint8_t(nb::dlpack::dtype_code::Bfloat) ? "bfloat"
-                     : d.code == uint8_t(nb::dlpack::dtype_code::Bool)   ? "bool"
-                                                                          : "other";
-  return std::string(kind) + std::to_string(d.bits);
-}
+std::string metric_name(lmhead::PolicyClause::Metric m) { return std::string(lmhead::to_string(m)); }
+std::string op_name(lmhead::PolicyClause::Op op) { return std::string(lmhead::to_string(op)); }
 
 std::string shape_text(int64_t t, int64_t v) { return "[" + std::to_string(t) + ", " + std::to_string(v) + "]"; }
 
@@ -102,7 +69,7 @@ void read_side(nb::handle obj, const char* name, Side& s) {
                 "): give host memory (e.g. .cpu())");
   if (a.dtype() == nb::dtype<double>()) s.is_double = true;
   else if (a.dtype() != nb::dtype<float>())
-    raise_input(std::string(name) + " must be float32 or float64, got " + dtype_name(a.dtype()));
+    raise_input(std::string(name) + " must be float32 or float64, got " + describe_dtype(a.dtype()));
   if (a.ndim() != 1 && a.ndim() != 2)
     raise_input(std::string(name) + " must be logits [V] or [T, V], got " + std::to_string(a.ndim()) + " dimensions");
   s.vocab = int64_t(a.shape(a.ndim() - 1));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "compare_py.hpp"
+#include "dtype_name.hpp"
 #include "lmhead/lmhead.hpp"
 
 namespace nb = nanobind;
@@ -72,16 +73,6 @@ nb::object view(nb::handle owner, std::vector<T>& v, std::initializer_list<size_
 
 bool on_cuda(const nb::ndarray<nb::ro>& a) {
   return a.device_type() == nb::device::cuda::value || a.device_type() == nb::device::cuda_managed::value;
-}
-
-std::string describe_dtype(const nb::dlpack::dtype& d) {
-  const char* kind = d.code == uint8_t(nb::dlpack::dtype_code::Float)    ? "float"
-                     : d.code == uint8_t(nb::dlpack::dtype_code::Int)    ? "int"
-                     : d.code == uint8_t(nb::dlpack::dtype_code::UInt)   ? "uint"
-                     : d.code == uint8_t(nb::dlpack::dtype_code::Bfloat) ? "bfloat"
-                     : d.code == uint8_t(nb::dlpack::dtype_code::Bool)   ? "bool"
-                                                                          : "other";
-  return std::string(kind) + std::to_string(d.bits);
 }
 
 template <class E>

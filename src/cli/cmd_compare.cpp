@@ -136,17 +136,6 @@ std::vector<double> as_double(const Logits& l) {
   return l.is_double ? l.d : std::vector<double>(l.f.begin(), l.f.end());
 }
 
-std::string op_text(PolicyClause::Op op) {
-  switch (op) {
-    case PolicyClause::Op::lt: return "<";
-    case PolicyClause::Op::le: return "<=";
-    case PolicyClause::Op::gt: return ">";
-    case PolicyClause::Op::ge: return ">=";
-    case PolicyClause::Op::eq: return "=";
-  }
-  return "?";
-}
-
 int run_compare(const CompareArgs& args) {
   CompareOptions o;
   o.top_k = args.top_k;
@@ -188,7 +177,7 @@ int run_compare(const CompareArgs& args) {
     nlohmann::json pol = nlohmann::json::array();
     for (const ClauseResult& r : c.policy)
       pol.push_back({{"clause", r.clause.text}, {"measured", r.measured}, {"bound", r.clause.bound},
-                     {"op", op_text(r.clause.op)}, {"holds", r.holds}});
+                     {"op", std::string(to_string(r.clause.op))}, {"holds", r.holds}});
     j["policy"] = pol;
     j["policy_text"] = o.policy.text;
     j["policy_holds"] = c.policy_holds;

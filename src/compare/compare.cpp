@@ -135,6 +135,15 @@ constexpr MetricName kMetrics[] = {
     {"argmax", PolicyClause::Metric::argmax},   {"topk", PolicyClause::Metric::topk},
     {"differing", PolicyClause::Metric::differing}, {"ulp", PolicyClause::Metric::ulp},
 };
+struct OpName {
+  std::string_view name;
+  PolicyClause::Op op;
+};
+constexpr OpName kOps[] = {{"<", PolicyClause::Op::lt},
+                           {"<=", PolicyClause::Op::le},
+                           {">", PolicyClause::Op::gt},
+                           {">=", PolicyClause::Op::ge},
+                           {"=", PolicyClause::Op::eq}};
 
 }  // namespace
 
@@ -146,6 +155,19 @@ std::string_view policy_grammar() {
          "  OP: <  <=  >  >=  =\n"
          "  BOUND: a finite number; 'all' only in argmax=all (every token's argmax agrees)\n"
          "  e.g. max<11,mean<1.25   kl<1e-3,argmax=all   topk>=0.8";
+}
+
+// The first spelling of each metric in kMetrics is its name.
+std::string_view to_string(PolicyClause::Metric metric) {
+  for (const MetricName& m : kMetrics)
+    if (m.metric == metric) return m.name;
+  return "?";
+}
+
+std::string_view to_string(PolicyClause::Op op) {
+  for (const OpName& o : kOps)
+    if (o.op == op) return o.name;
+  return "?";
 }
 
 Policy parse_policy(std::string_view text) {
@@ -177,11 +199,8 @@ Policy parse_policy(std::string_view text) {
     if (!known)
       throw Error("policy clause '" + clause + "': unknown metric '" + name +
                   "' (max, mean, kl, klmax, argmax, topk, differing, ulp)");
-    if (op_text == "<") c.op = PolicyClause::Op::lt;
-    else if (op_text == "<=") c.op = PolicyClause::Op::le;
-    else if (op_text == ">") c.op = PolicyClause::Op::gt;
-    else if (op_text == ">=") c.op = PolicyClause::Op::ge;
-    else c.op = PolicyClause::Op::eq;
+    for (const OpName& o : kOps)
+      if (o.name == op_text) c.op = o.op;
     if (bound.empty()) throw Error("policy clause '" + clause + "': no bound after '" + op_text + "'");
     if (bound.find_first_of("<>=") != std::string::npos)
       throw Error("policy clause '" + clause + "': more than one operator");
