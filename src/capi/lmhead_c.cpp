@@ -197,31 +197,28 @@ int lmhead_engine_run(lmhead_engine* engine, const float* hidden, int tokens, in
 }  // extern "C"
 
 namespace {
-struct DeviceRows {
-  void* stream = nullptr;
-};
+// on_device: hidden is GPU memory written on cuda_stream (lmhead_engine_run_device).
 int run_checked(lmhead_engine* engine, const float* hidden, int tokens, const lmhead_run_options* options,
-                lmhead_run_outputs* outputs, const DeviceRows* device);
+                lmhead_run_outputs* outputs, bool on_device, void* cuda_stream);
 }  // namespace
 
 extern "C" {
 
 int lmhead_engine_run_ex(lmhead_engine* engine, const float* hidden, int tokens, const lmhead_run_options* options,
                          lmhead_run_outputs* outputs) {
-  return run_checked(engine, hidden, tokens, options, outputs, nullptr);
+  return run_checked(engine, hidden, tokens, options, outputs, false, nullptr);
 }
 
 int lmhead_engine_run_device(lmhead_engine* engine, const float* device_hidden, int tokens, void* cuda_stream,
                              const lmhead_run_options* options, lmhead_run_outputs* outputs) {
-  const DeviceRows rows{cuda_stream};
-  return run_checked(engine, device_hidden, tokens, options, outputs, &rows);
+  return run_checked(engine, device_hidden, tokens, options, outputs, true, cuda_stream);
 }
 
 }  // extern "C"
 
 namespace {
 int run_checked(lmhead_engine* engine, const float* hidden, int tokens, const lmhead_run_options* options,
-                lmhead_run_outputs* outputs, const DeviceRows* device) {
+                lmhead_run_outputs* outputs, bool on_device, void* cuda_stream) {
   if (!engine) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_run: engine is NULL");
   if (!hidden) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_run: hidden is NULL");
   if (!outputs) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_run: outputs is NULL");
@@ -262,7 +259,7 @@ int run_checked(lmhead_engine* engine, const float* hidden, int tokens, const lm
   const size_t n = static_cast<size_t>(tokens) * static_cast<size_t>(c.hidden);
   lmhead::RunResult r;
   const int rc = guarded(LMHEAD_ERR_RUNTIME, [&] {
-    r = device ? engine->engine->run_device(hidden, tokens, device->stream, ro) : engine->engine->run({hidden, n}, tokens, ro);
+    r = on_device ? engine->engine->run_device(hidden, tokens, cuda_stream, ro) : engine->engine->run({hidden, n}, tokens, ro);
   });
   if (rc) return rc;  // a NaN or infinity in the rows is an InputError: LMHEAD_ERR_INPUT
 
