@@ -2,7 +2,7 @@
 // lmhead::compare. The figures are the ones `lmhead compare --json` prints, computed by the same
 // code; as_dict() gives that JSON object less its "a" and "b" (the CLI's names of the sources).
 #include "compare_py.hpp"
-#include "dtype_name.hpp"
+#include "ndarray_util.hpp"
 
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -44,19 +44,6 @@ struct Side {
   std::vector<float> f_copy;
   std::vector<double> d_copy;
 };
-
-template <class E>
-const E* packed_or_gathered(const nb::ndarray<nb::ro>& a, int64_t T, int64_t V, std::vector<E>& copy) {
-  const E* data = static_cast<const E*>(a.data());
-  const bool packed = a.ndim() == 1 ? (V <= 1 || a.stride(0) == 1)
-                                    : ((V <= 1 || a.stride(1) == 1) && (T <= 1 || a.stride(0) == V));
-  if (packed) return data;
-  const int64_t s0 = a.ndim() == 2 ? a.stride(0) : 0, s1 = a.stride(a.ndim() - 1);
-  copy.resize(size_t(T) * size_t(V));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < V; ++i) copy[size_t(t * V + i)] = data[t * s0 + i * s1];
-  return copy.data();
-}
 
 void read_side(nb::handle obj, const char* name, Side& s) {
   if (!nb::try_cast(obj, s.array, false) && !nb::try_cast(obj, s.array, true))

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "compare_py.hpp"
-#include "dtype_name.hpp"
+#include "ndarray_util.hpp"
 #include "lmhead/lmhead.hpp"
 
 namespace nb = nanobind;
@@ -120,21 +120,12 @@ nb::object run(nb::handle self_handle, nb::handle hidden, int top_k, bool logpro
   ro.logprobs = logprobs;
   ro.want_logits = logits;
 
-  // Zero-copy when the rows are packed; a strided view (a slice, a transpose) is gathered once.
+  // Zero-copy when the rows are packed; a strided host view (a slice, a transpose) is gathered once.
   const size_t n = static_cast<size_t>(T) * static_cast<size_t>(H);
-  const bool packed = (a.ndim() == 1 ? (H == 1 || a.stride(0) == 1)
-                                     : ((H == 1 || a.stride(1) == 1) && (T == 1 || a.stride(0) == H)));
-  const float* data = static_cast<const float*>(a.data());
-  if (device_rows && !packed)
+  if (device_rows && !rows_packed(a, T, H))
     bad_input("hidden on the GPU must be C-contiguous (rows of H packed): call .contiguous() first");
   std::vector<float> gathered;
-  if (!packed) {
-    gathered.resize(n);
-    const int64_t s0 = a.ndim() == 2 ? a.stride(0) : 0, s1 = a.stride(a.ndim() - 1);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < H; ++i) gathered[static_cast<size_t>(t * H + i)] = data[t * s0 + i * s1];
-    data = gathered.data();
-  }
+  const float* data = device_rows ? static_cast<const float*>(a.data()) : packed_or_gathered<float>(a, T, H, gathered);
 
   lmhead::RunResult r;
   {
