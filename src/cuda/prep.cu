@@ -29,6 +29,19 @@ __device__ __forceinline__ double warp_sum_double(double v) {
   return v;
 }
 
+// The block's sum of `local` in any order (only bounded_mean reads it, and its bound holds for
+// every order), valid in thread 0 only; the caller's next __syncthreads publishes what it derives.
+__device__ __forceinline__ double block_sum_any_order(double local, double* warp_sums) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  local = warp_sum_double(local);
+  if (lane == 0) warp_sums[warp] = local;
+  __syncthreads();
+  double s = 0.0;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < nwarps; ++w) s += warp_sums[w];
+  return s;
+}
+
 // float(S / H) for the sequential double sum S of `terms` non-negative terms, from their sum s in
 // any order (the argument at the top of this file); false when the bound does not decide it.
 __device__ bool bounded_mean(double s, int terms, int H, float& out) {
@@ -188,12 +201,8 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
     double local = 0.0;
     for (int g = threadIdx.x; g < groups; g += blockDim.x) local += double(layer_group16(xs + 16 * g, mean));
     for (int i = 16 * groups + threadIdx.x; i < H; i += blockDim.x) local += double(layer_square(xs[i], mean));
-    local = warp_sum_double(local);
-    if (lane == 0) warp_sums[warp] = local;
-    __syncthreads();
+    const double s = block_sum_any_order(local, warp_sums);
     if (threadIdx.x == 0) {
-      double s = 0.0;
-      for (int w = 0; w < nwarps; ++w) s += warp_sums[w];
       float variance = 0.0f;
       const bool decided = !p.force_sequential && bounded_mean(s, terms, H, variance);
       if (!decided) {
@@ -208,12 +217,8 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
   } else {
     double local = 0.0;
     for (int i = threadIdx.x; i < H; i += blockDim.x) local += double(__fmul_rn(xs[i], xs[i]));
-    local = warp_sum_double(local);
-    if (lane == 0) warp_sums[warp] = local;
-    __syncthreads();
+    const double s = block_sum_any_order(local, warp_sums);
     if (threadIdx.x == 0) {
-      double s = 0.0;
-      for (int w = 0; w < nwarps; ++w) s += warp_sums[w];
       float mean = 0.0f;
       bool decided = false;
       if (!p.force_sequential) {
