@@ -26,7 +26,7 @@ if [ -z "$BUILD" ]; then
 fi
 export LMHEAD_TEST_DATA_DIR=$ROOT/tests/data
 # Every GPU test (and the golden and sharding tests beside them), for the concurrency rounds.
-GPU_TESTS='Cuda*:MultiGpu*:*Golden*:Sharding*:*LlamaCpp*cuda*:LlamaCppRouteShapes.*:*LlamaCppVecDotTail*:SampleEngine.Cuda*:DeviceInput.*'
+GPU_TESTS='Cuda*:MultiGpu*:*Golden*:Sharding*:*LlamaCpp*cuda*:LlamaCppRouteShapes.*:*LlamaCppVecDotTail*:SampleEngine.Cuda*:CudaSample.*:DeviceInput.*'
 
 step() { echo; echo "==== $* ===="; }
 
@@ -85,6 +85,19 @@ stress_and_rounds() {
     LMHEAD_STRESS_CALLS=16 LMHEAD_STRESS_THREADS=2 LMHEAD_STRESS_TOKENS=2 timeout ${SANITIZER_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
       "$BUILD/lmhead_tests" --gtest_filter='CudaStress.ManyBackendsManyThreadsGiveTheScalarBytes' 2>&1 | tail -6 | tee "$OUT/stress-$tool.log"
   done
+}
+
+sampling_bench() {
+  # Sampling and verification on the GPU against the argmax-only call of the same run (issue 16:
+  # T=1 temperature + top-p 0.9 within 3 %, T=8 verification within 5 %); the synthetic head's
+  # nearly flat logits are top-p's hardest case (about 90 % of the ids in the prefix).
+  [ -f $SCRATCH/muse-q5k.gguf ] || return 0
+  step "sampling on the GPU against the argmax-only call (lmhead bench --backend cuda)"
+  for args in "--temperature 1" "--temperature 1 --top-p 0.9" "--temperature 1 --min-p 0.05 --top-p 0.95" \
+              "--verify" "--verify --temperature 1"; do
+    echo "-- $args"
+    timeout 120 "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda --tokens 1,8 --repeat 300 --seed 7 $args 2>&1 | grep -v "^lmhead: uploading"
+  done 2>&1 | tee "$OUT/sampling.log"
 }
 
 route_bench() {
@@ -202,6 +215,7 @@ if [ -x "$BUILD/lmhead" ]; then
   step "CLI through the public Engine API: lmhead make + lmhead bench --backend cuda"
   ( timeout 150 "$BUILD/lmhead" make $SCRATCH/muse-q5k.gguf --quiet &&
     timeout 120 "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda --repeat 200 ) 2>&1 | tee "$OUT/cli.log"
+  sampling_bench
 fi
 
 if [ "${ROUTE_BENCH:-1}" = "1" ]; then route_bench; fi

@@ -73,12 +73,20 @@ struct ForwardRequest {
   bool input_on_device = false;
   void* input_stream = nullptr;
   int first_token = 0;            // this pass's first token within the engine's call (messages)
+  // Sampling inside the backend (only with options it samples(), numerics.md §9): token t of the
+  // pass draws at sample_position + t with the mask row sample_mask + t * sample_mask_stride words
+  // (stride 0: one row for every token; sample_mask nullptr: every id allowed).
+  const SamplingOptions* sampling = nullptr;
+  int64_t sample_position = 0;
+  const uint32_t* sample_mask = nullptr;
+  size_t sample_mask_stride = 0;
 };
 
 struct ForwardOutput {
   std::vector<select::TokenSummary> summaries;  // one per token
   std::vector<double> sum_exp;                  // per token, sum of exp(x - summaries[t].max)
   std::vector<float> logits;                    // [T, V] capped
+  std::vector<int32_t> sampled;                 // per token, when ForwardRequest::sampling was set
   Stages stages;
   std::vector<StageTime> times;
 };
@@ -100,6 +108,9 @@ class Backend {
   virtual bool takes_device_input() const { return false; }
   // True when forward() computes Route::llamacpp's paths; the engine refuses the route otherwise.
   virtual bool takes_llamacpp_route() const { return false; }
+  // True when forward() draws the sampled token itself for these options (ForwardRequest::sampling),
+  // the same token as the host sampler's; otherwise the engine samples from the returned logits.
+  virtual bool samples(const SamplingOptions&) const { return false; }
   // Bytes of the head this backend holds on accelerators now (the CPU backends read the mapped file).
   virtual uint64_t device_bytes() const { return 0; }
 };

@@ -71,6 +71,16 @@ bool CallBuffers::grow_outputs(const Shape& s, int64_t vocab, int64_t hidden_siz
     grow(chunk_sums, n);
     grow(h_sums, n);
   }
+  if (s.sample) {
+    grow(sample_call_in, 1);
+    grow(sample_call, 1);
+    grow(sample_scratch, size_t(kMaxTokens));
+    grow(chunk_mass, size_t(kMaxTokens) * ((V + kSumExpChunk - 1) / kSumExpChunk));
+    grow(sampled, size_t(kMaxTokens));
+    grow(sample_status, size_t(kMaxTokens));
+  }
+  if (s.sample_top_p) grow(sample_candidates, size_t(kMaxTokens) * kSampleCandidates);
+  // The bias and mask buffers grow where the backend fills them (grow_sample_inputs).
   return changed;
 }
 

@@ -62,6 +62,18 @@ struct CallBuffers {
   MappedHostArray<float> h_logits, h_raw, h_normed, h_scaled, h_div, h_tanh;
   MappedHostArray<int2> h_candidates;
   MappedHostArray<double> h_sums;
+
+  // Sampling on the device (Shape::sample), allocated by the first call that samples: the call's
+  // parameters (mapped, and the device copy prep makes), per-token scratch, chunk masses, the
+  // top-p candidates, a dense bias and the mask rows, and the answers (mapped).
+  MappedHostArray<SampleCallParams> sample_call_in;
+  DeviceArray<SampleCallParams> sample_call;
+  DeviceArray<SampleScratch> sample_scratch;
+  DeviceArray<unsigned long long> chunk_mass;
+  DeviceArray<SampleCandidate> sample_candidates;
+  DeviceArray<float> sample_bias;
+  DeviceArray<uint32_t> sample_mask;
+  MappedHostArray<int32_t> sampled, sample_status;
 };
 
 }  // namespace lmhead::cuda

@@ -98,6 +98,11 @@ void record_call(const Shape& s, const CallTarget& c) {
   pp.act_f = b.act_f.get();
   pp.normed_out = s.stages ? b.normed.get() : nullptr;
   pp.norm_path = b.norm_path.device();
+  if (s.sample) {
+    pp.sample_scratch = b.sample_scratch.get();
+    pp.sample_call_in = b.sample_call_in.device();
+    pp.sample_call = b.sample_call.get();
+  }
   launch_prep(pp, c.stream);
   if (stage_events) record_stage_event(c.events[kPrepDone], c.stream);
 
@@ -149,6 +154,24 @@ void record_call(const Shape& s, const CallTarget& c) {
     if (s.k > 0) launch_topk(sp, c.stream);
     if (s.logprobs) launch_sum_exp(sp, c.stream);
     if (stage_events) record_stage_event(c.events[kSelectDone], c.stream);
+  }
+  if (s.sample) {
+    SampleParams sp;
+    sp.logits = b.logits;
+    sp.max_in = b.max_out.get();
+    sp.call = b.sample_call.get();
+    sp.bias = b.sample_bias.get();
+    sp.mask = b.sample_mask.get();
+    sp.scratch = b.sample_scratch.get();
+    sp.chunk_mass = b.chunk_mass.get();
+    sp.candidates = b.sample_candidates.get();
+    sp.sampled = b.sampled.device();
+    sp.status = b.sample_status.device();
+    sp.vocab = int(V);
+    sp.T = s.T;
+    sp.max_kernel = s.sample_max ? 1 : 0;
+    sp.top_p = s.sample_top_p ? 1 : 0;
+    launch_sample(sp, c.stream);
   }
   if (s.stages && s.cap_mode != kScaleOnly)
     launch_stage_nodes(b.raw.get(), int(V), s.T, hp.logit_scale, hp.cap, hp.inv_cap, s.cap_mode, b.scaled.get(),

@@ -23,11 +23,17 @@ struct Shape {
   bool sequential_norm = false;
   bool input_normed = false;  // the prep kernel skips the norm (--input normed)
   bool device_input = false;  // the rows are the caller's device memory (Engine::run_device)
+  // Seeded sampling on the device (sample.cu): its kernels run after the head's; the maximum from
+  // the max kernel when a bias or mask can move it; the boundary kernel for top-p.
+  bool sample = false;
+  bool sample_max = false;
+  bool sample_top_p = false;
 
   auto key() const {
     const unsigned flags = unsigned(logprobs) | unsigned(logits) << 1 | unsigned(stages) << 2 | unsigned(events) << 3 |
                            unsigned(pdl) << 4 | unsigned(sequential_norm) << 5 | unsigned(input_normed) << 6 |
-                           unsigned(device_input) << 7;
+                           unsigned(device_input) << 7 | unsigned(sample) << 8 | unsigned(sample_max) << 9 |
+                           unsigned(sample_top_p) << 10;
     return std::tuple(T, plan.kernel, plan.warps, plan.last_warps, int(format), cap_mode, k, flags);
   }
 };

@@ -29,6 +29,8 @@
 #include "cuda/plan.hpp"
 #include "cuda/spin.hpp"
 #include "quant/activation.hpp"
+#include "sample/sampler.hpp"
+#include "sample/weight_math.hpp"
 
 namespace lmhead {
 namespace cuda {
@@ -85,6 +87,11 @@ class CudaBackend final : public Backend {
   bool takes_llamacpp_route() const override { return true; }
   bool takes_device_input() const override { return true; }
   uint64_t device_bytes() const override { return head_device_bytes(); }
+  // Temperature > 0 without top-k (top-p, min-p, bias and mask included); greedy with a bias or a
+  // mask and top-k sampling stay with the engine's host sampler.
+  bool samples(const SamplingOptions& o) const override {
+    return o.temperature > 0 && o.top_k == 0 && head_.vocab <= sample::kMaxSampledVocab;
+  }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
     if (tokens < 1 || tokens > kMaxTokens)
@@ -98,6 +105,7 @@ class CudaBackend final : public Backend {
     Shape shape = make_shape(tokens, req);
     head_copies_->ensure(desc(shape.plan.kernel).reads);
     if (buffers_->grow_outputs(shape, head_.vocab, head_.hidden, stream_)) clear_graphs();
+    if (shape.sample) prepare_sampling(req, tokens);
 
     if (req.input_on_device) {
       // The caller's rows are read in place, after the work its stream has queued so far; the
@@ -118,13 +126,14 @@ class CudaBackend final : public Backend {
     last_.kernel = shape.plan.kernel;
     last_.warps = shape.plan.warps;
     last_.tokens = tokens;
+    last_.sampled_on_device = shape.sample;
     // One graph replay per call, timed by events around it (and, with stage events, by event
     // nodes between its stages). The first call of a shape runs directly (it also sets the
     // kernels' attributes), then its graph is captured for the next calls.
     // Nothing after the head kernel: wait on its done flag, and skip the timing events.
     const TestHooks& hooks = tuning_.hooks;
     const bool poll = hooks.poll_done && !req.want_stage_times && !hooks.check_guards && shape.k == 0 &&
-                      !shape.logprobs && !shape.logits && !shape.stages;
+                      !shape.logprobs && !shape.logits && !shape.stages && !shape.sample;
     const unsigned flag_before = __atomic_load_n(buffers_->done_flag.host(), __ATOMIC_ACQUIRE);
     if (!poll) record_event(kCallStart);
     last_.graph_replayed = hooks.use_graph && graphs_->replay(key);
@@ -141,6 +150,7 @@ class CudaBackend final : public Backend {
 
     const HostResults h = buffers_->host_results();
     read_results(h, tokens, V, H, shape.k, shape.logprobs, shape.logits, shape.stages, shape.cap_mode != kScaleOnly, out);
+    if (shape.sample) read_sampled(req, tokens, out);
     if (poll) out.times.clear();
     else collect_times(shape, out.times);
     auto us = [](auto a, auto b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
@@ -223,7 +233,75 @@ class CudaBackend final : public Backend {
     s.sequential_norm = tuning_.hooks.force_sequential_norm;
     s.input_normed = req.input_normed;
     s.device_input = req.input_on_device;
+    if (req.sampling != nullptr) {
+      if (!samples(*req.sampling)) throw Error("the cuda backend was asked to sample options it does not sample on the device");
+      s.sample = true;
+      s.sample_max = !req.sampling->logit_bias.empty() || req.sample_mask != nullptr;
+      s.sample_top_p = req.sampling->top_p < 1;
+    }
     return s;
+  }
+
+  // The call's sampling parameters into mapped memory (prep copies them to the device), and the
+  // bias (dense, uploaded when it changes) and mask rows into device buffers, ahead of the graph on
+  // the same stream.
+  void prepare_sampling(const ForwardRequest& req, int tokens) {
+    const SamplingOptions& o = *req.sampling;
+    CallBuffers& b = *buffers_;
+    const size_t V = size_t(head_.vocab), words = (V + 31) / 32;
+    SampleCallParams& c = *b.sample_call_in.host();
+    c.temperature = double(o.temperature);
+    c.top_p = double(o.top_p);
+    c.min_p = double(o.min_p);
+    c.seed = o.seed;
+    c.position = req.sample_position;
+    c.has_bias = o.logit_bias.empty() ? 0 : 1;
+    c.has_mask = req.sample_mask != nullptr ? 1 : 0;
+    c.mask_stride = int32_t(req.sample_mask_stride);
+    if (c.has_bias && o.logit_bias != uploaded_bias_) {
+      if (b.sample_bias.size() < V) {
+        b.sample_bias.reset(V, stream_);
+        clear_graphs();  // captured graphs hold the old pointer
+      }
+      std::vector<float> dense(V, 0.0f);
+      for (const auto& [id, value] : o.logit_bias) dense[size_t(id)] = value;
+      CUDA_CHECK(cudaMemcpyAsync(b.sample_bias.get(), dense.data(), V * 4, cudaMemcpyHostToDevice, stream_));
+      uploaded_bias_ = o.logit_bias;
+    }
+    if (c.has_mask) {
+      const size_t rows = req.sample_mask_stride == 0 ? 1 : size_t(tokens);
+      if (b.sample_mask.size() < size_t(kMaxTokens) * words) {
+        b.sample_mask.reset(size_t(kMaxTokens) * words, stream_);
+        clear_graphs();
+      }
+      for (size_t r = 0; r < rows; ++r)
+        CUDA_CHECK(cudaMemcpyAsync(b.sample_mask.get() + r * words, req.sample_mask + r * req.sample_mask_stride,
+                                   words * 4, cudaMemcpyHostToDevice, stream_));
+      c.mask_stride = rows == 1 ? 0 : int32_t(words);
+    }
+  }
+
+  // The device's tokens; a token the device handed back (its maximum not finite, or more ids tied
+  // at the top-p boundary than the candidate buffer holds) is drawn by the host sampler from its
+  // logits, still on the device: the same function, so the same token.
+  void read_sampled(const ForwardRequest& req, int tokens, ForwardOutput& out) {
+    const SamplingOptions& o = *req.sampling;
+    const size_t V = size_t(head_.vocab);
+    out.sampled.assign(size_t(tokens), -1);
+    for (int t = 0; t < tokens; ++t) {
+      const int32_t status = buffers_->sample_status.host()[t];
+      if (status == kSampled) {
+        out.sampled[size_t(t)] = buffers_->sampled.host()[t];
+        continue;
+      }
+      if (status == kSampleNothingAllowed)
+        throw Error("no token can be sampled: the allowed-token mask (or NaN logits) excludes every id");
+      std::vector<float> row(V);
+      CUDA_CHECK(cudaMemcpy(row.data(), buffers_->logits + size_t(t) * V, V * 4, cudaMemcpyDeviceToHost));
+      const uint32_t* mask = req.sample_mask == nullptr ? nullptr : req.sample_mask + size_t(t) * req.sample_mask_stride;
+      out.sampled[size_t(t)] = sample::sample_token(row.data(), int64_t(V), o, mask, req.sample_position + t);
+      ++last_.sampled_on_host;
+    }
   }
 
   // Device rows must be this backend's device memory (or managed memory): a host pointer or
@@ -307,11 +385,12 @@ class CudaBackend final : public Backend {
       }
     }
     const bool copies = s.k > 0 || s.logprobs || s.logits || s.stages;
+    const std::string sampling = s.sample ? "+sample" : "";
     const int passes = s.plan.passes(s.T);
     const std::string head_label = std::string("head+scale+cap+argmax (fused, ") + desc(s.plan.kernel).how +
                                    (passes > 1 ? ", " + std::to_string(passes) + " passes)" : std::string(")"));
     if (!stage_events) {
-      times.push_back({"norm+quantize+" + head_label + (copies ? "+select+download" : "") + " (one graph)",
+      times.push_back({"norm+quantize+" + head_label + sampling + (copies ? "+select+download" : "") + " (one graph)",
                        elapsed(kCallStart, kCallEnd)});
       return;
     }
@@ -322,7 +401,8 @@ class CudaBackend final : public Backend {
       times.push_back({"select (top-k, sum_exp)", elapsed(kHeadDone, kSelectDone)});
       last = kSelectDone;
     }
-    if (s.logits || s.stages || s.k > 0 || s.logprobs) times.push_back({"stages+download", elapsed(last, kCallEnd)});
+    if (s.sample) times.push_back({"sample+stages+download", elapsed(last, kCallEnd)});
+    else if (s.logits || s.stages || s.k > 0 || s.logprobs) times.push_back({"stages+download", elapsed(last, kCallEnd)});
   }
 
   HeadView head_;
@@ -337,6 +417,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<DeviceHead> head_copies_;
   std::unique_ptr<CallBuffers> buffers_;
   cudaEvent_t input_ready_ = nullptr;  // the caller's stream reached the call
+  std::vector<std::pair<int32_t, float>> uploaded_bias_;  // the bias sample_bias holds
 };
 
 CudaBackend& as_cuda(Backend& b) {

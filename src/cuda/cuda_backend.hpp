@@ -48,6 +48,8 @@ struct CallInfo {
   // forward() including the answers' bookkeeping.
   double copy_us = 0, launch_us = 0, wait_us = 0, total_us = 0;
   bool polled = false;              // waited on the kernel's done flag (TestHooks::poll_done)
+  bool sampled_on_device = false;   // the sampling kernels ran (Backend::samples)
+  int sampled_on_host = 0;          // tokens of it the device handed to the host sampler
 };
 
 // Throw Error when `backend` is not the CUDA backend.

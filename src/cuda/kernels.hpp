@@ -43,6 +43,9 @@ enum class ActFormat : int { q8_K = 0, q8_0 = 1, f16 = 2, bf16 = 3, f32 = 4 };
 enum CapMode : int { kScaleOnly = 0, kCapNodes = 1, kCapFused = 2 };
 
 // The final norm (RMSNorm or LayerNorm) + activation quantization, one block per token.
+struct SampleScratch;
+struct SampleCallParams;
+
 struct PrepParams {
   const float* hidden = nullptr;  // [T][H], mapped host memory
   // Rows the caller keeps in device memory (Engine::run_device): the pointer is read from this
@@ -74,6 +77,11 @@ struct PrepParams {
   float* act_f = nullptr;         // float formats: [T][H]
   float* normed_out = nullptr;    // optional [T][H] (stages)
   int32_t* norm_path = nullptr;   // [kMaxTokens]
+  // A sampling call: block t zeroes token t's scratch and block 0 copies the call's parameters
+  // from mapped memory (the sampling kernels run after the head kernel, which waits for prep).
+  SampleScratch* sample_scratch = nullptr;
+  const SampleCallParams* sample_call_in = nullptr;
+  SampleCallParams* sample_call = nullptr;
 };
 
 struct HeadParams {
@@ -172,6 +180,65 @@ void launch_sum_exp(const SelectParams& p, cudaStream_t stream);
 // The node route's intermediate stages from the raw logits (want_stages).
 void launch_stage_nodes(const float* raw, int vocab, int T, float logit_scale, float cap, float inv_cap,
                         int cap_mode, float* scaled, float* div, float* tanh_out, cudaStream_t stream);
+
+// Seeded sampling on the device (numerics.md §9, sample.cu): the same integer weights, buckets
+// and draw as the host sampler (sample/weight_math.hpp), so the same token, without the logits
+// leaving the GPU. Temperature > 0 without top-k; the backend samples other options on the host.
+constexpr int kSampleCandidates = 32768;  // per token: ids of the top-p boundary bucket the device orders
+
+// What changes from call to call: written by the host into mapped memory, copied to device memory
+// by the prep kernel (so the sampling kernels read it from L2, not over PCIe).
+struct SampleCallParams {
+  double temperature = 1;
+  double top_p = 1;
+  double min_p = 0;
+  uint64_t seed = 0;
+  int64_t position = 0;   // of the pass's token 0; token t draws at position + t
+  int32_t mask_stride = 0;  // 32-bit words between the tokens' mask rows (0: one row for all)
+  int32_t has_mask = 0;
+  int32_t has_bias = 0;
+  int32_t pad = 0;
+};
+
+// Per token, zeroed by the prep kernel of every sampling call.
+struct SampleScratch {
+  unsigned long long max_key;     // the largest z as an ordered key (bias or mask: the max kernel)
+  unsigned long long total;       // S, the kept ids' integer weights
+  unsigned long long mass_below;  // top-p: the mass of the buckets before the boundary bucket
+  unsigned long long rest;        // top-p: the target less mass_below (>= 1)
+  int32_t boundary;               // top-p: the bucket where the mass reaches the target
+  uint32_t blocks_done[2];        // the weights and boundary kernels' last-block counters
+  uint32_t n_candidates;          // top-p: ids of the boundary bucket appended
+  unsigned long long hist[2048];  // top-p: integer mass per rank bucket (sample::kRankBuckets)
+};
+
+struct SampleCandidate {
+  unsigned long long key;  // sample::descending_key(z)
+  unsigned long long weight;
+  int32_t id;
+  int32_t pad;
+};
+
+// What the last block writes per token (mapped host memory).
+enum SampleStatus : int32_t { kSampled = 0, kSampleOnHost = 1, kSampleNothingAllowed = 2 };
+
+struct SampleParams {
+  const float* logits = nullptr;        // [kMaxTokens][vocab], capped
+  const float* max_in = nullptr;        // [kMaxTokens] the head's per-token maximum
+  const SampleCallParams* call = nullptr;  // device copy
+  const float* bias = nullptr;          // [vocab] dense logit bias (call->has_bias)
+  const uint32_t* mask = nullptr;       // allowed-id bits (call->has_mask)
+  SampleScratch* scratch = nullptr;     // [kMaxTokens]
+  unsigned long long* chunk_mass = nullptr;  // [kMaxTokens][ceil(vocab / 512)]
+  SampleCandidate* candidates = nullptr;     // [kMaxTokens][kSampleCandidates] (top-p)
+  int32_t* sampled = nullptr;           // [kMaxTokens] mapped
+  int32_t* status = nullptr;            // [kMaxTokens] mapped, SampleStatus
+  int vocab = 0;
+  int T = 0;
+  int max_kernel = 0;  // bias or mask: the maximum comes from the max kernel, not the head's max_in
+  int top_p = 0;       // the boundary kernel runs
+};
+void launch_sample(const SampleParams& p, cudaStream_t stream);
 
 // Test hook: portable tanh on the device for the bit patterns [first, first + count).
 void launch_tanh_sweep(uint64_t first, uint64_t count, uint32_t* out, cudaStream_t stream);

@@ -151,6 +151,11 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const PrepParams p) 
 
   const int t = blockIdx.x, H = p.H;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  if (p.sample_scratch != nullptr) {
+    auto* words = reinterpret_cast<unsigned long long*>(p.sample_scratch + t);
+    for (int i = threadIdx.x; i < int(sizeof(SampleScratch) / 8); i += blockDim.x) words[i] = 0;
+    if (t == 0 && threadIdx.x == 0) *p.sample_call = *p.sample_call_in;
+  }
   const float* x = (p.hidden_at != nullptr ? *p.hidden_at : p.hidden) + size_t(t) * H;
   __shared__ int s_first_bad;
   if (threadIdx.x == 0) s_first_bad = H;

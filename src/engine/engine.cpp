@@ -151,9 +151,12 @@ RunResult Engine::run_rows(const float* hidden, int tokens, const RunOptions& op
   if (options.top_k < 0 || options.top_k > c.vocab)
     throw Error("top-k must be between 0 and the vocabulary size " + std::to_string(c.vocab));
   sample::validate(options.sampling, c.vocab, tokens);
-  // Sampling reads the capped logits on the host with the sampler's own code (numerics.md §9),
-  // so every backend and every split draws the same token; greedy without bias or mask is the argmax.
-  const bool sample_from_logits = sample::needs_logits(options.sampling);
+  // Sampling draws with the sampler's integer weights (numerics.md §9), so every backend and every
+  // split draws the same token: inside a backend that samples these options (the GPU's kernels),
+  // else here from the capped logits. Greedy without bias or mask is the argmax.
+  const bool sampling = sample::needs_logits(options.sampling);
+  const bool backend_samples = sampling && backend_->samples(options.sampling);
+  const bool sample_from_logits = sampling && !backend_samples;
   // One pass through a backend that checks while it copies (it names the same token and index);
   // otherwise every value is checked here, before any pass runs.
   // Rows in device memory are checked on the device, pass by pass (the backend names the token).
@@ -174,6 +177,11 @@ RunResult Engine::run_rows(const float* hidden, int tokens, const RunOptions& op
   req.want_stage_times = options.stage_times;
   req.input_on_device = device != nullptr;
   req.input_stream = device != nullptr ? device->stream : nullptr;
+  const size_t mask_words = size_t((c.vocab + 31) / 32);
+  if (backend_samples) {
+    req.sampling = &options.sampling;
+    req.sample_mask_stride = options.sampling.allowed.size() == mask_words ? 0 : mask_words;
+  }
 
   std::lock_guard<std::mutex> one_call_at_a_time(run_mutex_);
   RunResult result;
@@ -188,6 +196,10 @@ RunResult Engine::run_rows(const float* hidden, int tokens, const RunOptions& op
     const int n = std::min(kMaxTokensPerPass, tokens - first);
     ForwardOutput out;
     req.first_token = first;
+    if (backend_samples) {
+      req.sample_position = options.sampling.position + first;
+      req.sample_mask = sample::mask_row(options.sampling, c.vocab, first);
+    }
     backend_->forward(hidden + static_cast<size_t>(first) * c.hidden, n, req, out);
     for (int t = 0; t < n; ++t) {
       const select::TokenSummary& s = out.summaries.at(t);
@@ -198,6 +210,7 @@ RunResult Engine::run_rows(const float* hidden, int tokens, const RunOptions& op
       if (s.tie_count > 1) choice.tied_ids = s.tied_ids;
       choice.top = s.top;
       choice.sampled = s.argmax;
+      if (backend_samples) choice.sampled = out.sampled.at(t);
       if (sample_from_logits) {
         const int global = first + t;
         choice.sampled = sample::sample_token(out.logits.data() + size_t(t) * size_t(c.vocab), c.vocab,
