@@ -10,6 +10,9 @@
 // ids of the one bucket where the mass crosses the target are ordered.
 #include <cstdint>
 #include <cstring>
+#if !defined(__CUDA_ARCH__)
+#include <cmath>
+#endif
 
 #include "quant/blocks.hpp"  // LMHEAD_HD
 #include "sample/exp.hpp"
