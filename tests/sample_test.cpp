@@ -20,7 +20,7 @@
 #include "io/npy.hpp"
 #include "cpu/kernels.hpp"
 #include "sample/exp.hpp"
-#include "sample/exp_batch.hpp"
+#include "sample/row.hpp"
 #include "sample/philox.hpp"
 #include "sample/sampler.hpp"
 #include "sample/verify.hpp"
@@ -181,6 +181,58 @@ TEST(SampleExpBatch, OddLengthsUseTheScalarTail) {
   }
 }
 
+// The sampler's dense passes: the AVX2 versions give the portable results on rows with NaN,
+// infinities, exact ties, far tails (skipped exps) and odd lengths (the portable tail).
+TEST(SampleRow, Avx2PassesEqualThePortableOnes) {
+  if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937_64 rng(77);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t n = int64_t(rng() % 700);
+    std::vector<float> x(static_cast<size_t>(n));
+    const double scale = std::ldexp(1.0, int(rng() % 12) - 4);
+    std::normal_distribution<double> g(0.0, scale);
+    for (auto& v : x) {
+      const uint64_t kind = rng() % 50;
+      v = kind == 0 ? NAN : kind == 1 ? INFINITY : kind == 2 ? -INFINITY : kind < 10 ? 20.0f : float(g(rng));
+    }
+    const double t = std::ldexp(double(1 + rng() % 1000), -int(rng() % 12));
+    std::vector<double> za(static_cast<size_t>(n)), zp(static_cast<size_t>(n));
+    const double ma = sample::avx2::scaled_logits(x.data(), n, t, za.data());
+    const double mp = sample::portable::scaled_logits(x.data(), n, t, zp.data());
+    ASSERT_EQ(ma, mp) << trial;
+    ASSERT_EQ(std::memcmp(za.data(), zp.data(), size_t(n) * 8), 0) << trial;
+    ASSERT_EQ(sample::avx2::max_finite(za.data(), n), mp) << trial;
+    if (mp == -INFINITY) continue;
+    for (double min_p : {0.0, 1e-9, 0.05, 0.5, 1.0}) {
+      std::vector<uint64_t> wa(static_cast<size_t>(n)), wp(static_cast<size_t>(n));
+      std::vector<uint16_t> ba(static_cast<size_t>(n)), bp(static_cast<size_t>(n));
+      const uint64_t sa = sample::avx2::row_weights(za.data(), n, mp, min_p, wa.data(), ba.data());
+      const uint64_t sp = sample::portable::row_weights(za.data(), n, mp, min_p, wp.data(), bp.data());
+      ASSERT_EQ(sa, sp) << trial << " min-p " << min_p;
+      ASSERT_EQ(wa, wp) << trial << " min-p " << min_p;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_LT(ba[size_t(i)], sample::kRankBuckets);
+        if (wp[size_t(i)] != 0) { ASSERT_EQ(ba[size_t(i)], bp[size_t(i)]) << trial << " id " << i; }
+      }
+      ASSERT_EQ(sample::avx2::row_weights(za.data(), n, mp, min_p, wa.data(), nullptr), sp);
+    }
+  }
+}
+
+TEST(SampleRow, SamplingIsRefusedAboveTheLargestVocabulary) {
+  SamplingOptions o;
+  o.temperature = 1;
+  try {
+    sample::validate(o, sample::kMaxSampledVocab + 1, 1);
+    ADD_FAILURE() << "accepted a vocabulary of 2^23 + 1 ids";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 8388608 ids"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(sample::validate(o, sample::kMaxSampledVocab, 1));
+  o.temperature = 0;  // greedy sums no weights
+  EXPECT_NO_THROW(sample::validate(o, sample::kMaxSampledVocab + 1, 1));
+}
+
 // ---- the integer arithmetic of weight_math.hpp --------------------------------------------------
 
 TEST(SampleWeights, IntegerWeightRoundsToNearestEven) {
@@ -230,7 +282,7 @@ TEST(SampleWeights, TopPTargetEdges) {
     ASSERT_LE(t, total);
     // Within one part in 2^50 of S * p, plus the ceil, when S * p is at least 1.
     const long double exact = (long double)total * (long double)p;
-    if (exact >= 1) ASSERT_LE(std::fabs((long double)t - exact), 1 + exact * 0x1p-50L) << total << " " << p;
+    if (exact >= 1) { ASSERT_LE(std::fabs((long double)t - exact), 1 + exact * 0x1p-50L) << total << " " << p; }
   }
 }
 

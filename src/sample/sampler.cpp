@@ -7,7 +7,7 @@
 #include <string>
 
 #include "sample/exp.hpp"
-#include "sample/exp_batch.hpp"
+#include "sample/row.hpp"
 #include "sample/philox.hpp"
 #include "sample/weight_math.hpp"
 
@@ -37,21 +37,20 @@ Bias sorted_bias(const SamplingOptions& o) {
 
 bool masked_out(const uint32_t* mask, int64_t i) { return mask != nullptr && ((mask[i >> 5] >> (i & 31)) & 1u) == 0; }
 
-// Each id's z and W for one call, reused by the next call on the same thread: the vocabulary's
-// two arrays (3.2 MB at 202,048 ids) are not allocated and faulted in again for every token.
+// Each id's z, W and rank bucket for one call, reused by the next call on the same thread: the
+// vocabulary's arrays (3.6 MB at 202,048 ids) are not allocated and faulted in for every token.
 struct Scratch {
-  std::vector<double> z;    // NaN where the id is excluded by its mask bit
-  std::vector<uint64_t> w;  // the integer weight; 0 outside the kept (later the final) set
-  std::vector<double> d, e; // one chunk's z - max and its exp
+  std::vector<double> z;       // NaN where the id's mask bit is 0
+  std::vector<uint64_t> w;     // the integer weight; 0 outside the kept (later the final) set
+  std::vector<uint16_t> rank;  // top-p: rank_bucket(max - z) where w != 0
 };
 Scratch& scratch(int64_t V) {
   thread_local Scratch s;
   if (int64_t(s.z.size()) < V) {
     s.z.resize(size_t(V));
     s.w.resize(size_t(V));
+    s.rank.resize(size_t(V));
   }
-  s.d.resize(size_t(kChunk));
-  s.e.resize(size_t(kChunk));
   return s;
 }
 
@@ -73,21 +72,24 @@ struct Round1 {
 Round1 round1(const float* x, const SamplingOptions& o, const Bias& bias, const uint32_t* mask, int64_t begin,
               int64_t end, double* z) {
   const double t = double(o.temperature);
-  // bias 0 for the ids the list does not name, as the spec has it (scaled_logit(x, 0, T)), then
-  // the named ones; a dense loop the compiler can vectorize.
-  for (int64_t i = begin; i < end; ++i) z[i] = scaled_logit(x[i], 0.0f, t);
-  for (auto it = std::lower_bound(bias.begin(), bias.end(), std::pair<int32_t, float>(int32_t(begin), -INFINITY));
-       it != bias.end() && it->first < end; ++it)
-    z[it->first] = scaled_logit(x[it->first], it->second, t);
+  Round1 r;
+  r.max = scaled_logits(x + begin, end - begin, t, z + begin);
+  auto it = std::lower_bound(bias.begin(), bias.end(), std::pair<int32_t, float>(int32_t(begin), -INFINITY));
+  const bool biased = it != bias.end() && it->first < end;
+  for (; it != bias.end() && it->first < end; ++it) z[it->first] = scaled_logit(x[it->first], it->second, t);
   if (mask != nullptr)
     for (int64_t i = begin; i < end; ++i)
       if (masked_out(mask, i)) z[i] = std::numeric_limits<double>::quiet_NaN();
-  Round1 r;
-  for (int64_t i = begin; i < end; ++i)
-    if (z[i] > r.max && z[i] != INFINITY) r.max = z[i];
-  if (o.top_k > 0)
-    for (int64_t i = begin; i < end; ++i)
-      if (included(z[i])) push_top(r.top, o.top_k, Cand{z[i], int32_t(i)});
+  if (biased || mask != nullptr) r.max = max_finite(z + begin, end - begin);
+  if (o.top_k > 0) {
+    // Most ids fail the first comparison against the current k-th once the list is full.
+    double kth = kNegInf;
+    for (int64_t i = begin; i < end; ++i) {
+      if (!(z[i] >= kth) || !included(z[i])) continue;
+      push_top(r.top, o.top_k, Cand{z[i], int32_t(i)});
+      if (static_cast<int>(r.top.size()) == o.top_k) kth = r.top.back().z;
+    }
+  }
   return r;
 }
 
@@ -116,8 +118,8 @@ Round2 round2(const Cut& cut, int64_t begin, int64_t end, Scratch& s, bool top_p
   r.first_chunk = begin / kChunk;
   r.chunk_sums.assign(size_t((end - 1) / kChunk - r.first_chunk + 1), 0);
   if (top_p) r.bucket_mass.assign(size_t(kRankBuckets), 0);
-  const double* z = s.z.data();
   uint64_t* w = s.w.data();
+  uint16_t* rank = s.rank.data();
   if (cut.has_k) {
     // Only the k ids of the list can be kept: no pass over the range's weights.
     std::fill(w + begin, w + end, uint64_t(0));
@@ -125,32 +127,25 @@ Round2 round2(const Cut& cut, int64_t begin, int64_t end, Scratch& s, bool top_p
       if (c.id < begin || c.id >= end) continue;
       const uint64_t W = weight_of(sample::exp(c.z - cut.max), cut.min_p);
       w[c.id] = W;
+      rank[c.id] = uint16_t(rank_bucket(cut.max - c.z));
       r.chunk_sums[size_t(c.id / kChunk - r.first_chunk)] += W;
-      if (top_p) r.bucket_mass[size_t(rank_bucket(cut.max - c.z))] += W;
+      if (top_p) r.bucket_mass[rank[c.id]] += W;
     }
     return r;
   }
   for (int64_t b = begin; b < end;) {
     const int64_t e = std::min(end, (b / kChunk + 1) * kChunk);
-    const int64_t n = e - b;
-    for (int64_t j = 0; j < n; ++j) s.d[size_t(j)] = included(z[b + j]) ? z[b + j] - cut.max : kNegInf;
-    exp_batch(s.d.data(), s.e.data(), n);
-    uint64_t sum = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      const uint64_t W = weight_of(s.e[size_t(j)], cut.min_p);
-      w[b + j] = W;
-      sum += W;
-    }
-    if (top_p)
-      for (int64_t j = 0; j < n; ++j)
-        if (w[b + j] != 0) r.bucket_mass[size_t(rank_bucket(cut.max - z[b + j]))] += w[b + j];
-    r.chunk_sums[size_t(b / kChunk - r.first_chunk)] += sum;
+    r.chunk_sums[size_t(b / kChunk - r.first_chunk)] +=
+        row_weights(s.z.data() + b, e - b, cut.max, cut.min_p, w + b, top_p ? rank + b : nullptr);
+    if (top_p)  // while the chunk is in cache; w = 0 adds nothing
+      for (int64_t i = b; i < e; ++i) r.bucket_mass[rank[i]] += w[i];
     b = e;
   }
   return r;
 }
 
-// Round 3 of a range, top-p only: its kept ids of the boundary bucket, as (rank key, id, W).
+// Round 3 of a range, top-p only: its kept ids of the boundary bucket, as (rank key, id, W), in
+// no particular order (the merge selects the boundary without sorting them).
 struct Boundary {
   uint64_t key;
   int32_t id;
@@ -158,27 +153,69 @@ struct Boundary {
 };
 bool boundary_before(const Boundary& a, const Boundary& b) { return a.key != b.key ? a.key < b.key : a.id < b.id; }
 
-std::vector<Boundary> round3(const Cut& cut, int bucket, int64_t begin, int64_t end, const Scratch& s) {
-  std::vector<Boundary> out;
-  for (int64_t i = begin; i < end; ++i)
-    if (s.w[size_t(i)] != 0 && rank_bucket(cut.max - s.z[size_t(i)]) == bucket)
-      out.push_back(Boundary{descending_key(s.z[size_t(i)]), int32_t(i), s.w[size_t(i)]});
-  std::sort(out.begin(), out.end(), boundary_before);
-  return out;
+// Round 3 of a range, top-p only: its kept ids of the boundary bucket (they travel), and, in the
+// same pass, the local half of round 4: ids of later buckets leave the set (weight 0) and so do
+// the boundary bucket's until the boundary is known, the chunk sums becoming those of the ids
+// that certainly stay.
+void round3(int bucket, int64_t begin, int64_t end, Scratch& s, Round2& r, std::vector<Boundary>& out) {
+  for (int64_t b = begin; b < end;) {
+    const int64_t e = std::min(end, (b / kChunk + 1) * kChunk);
+    // Branch-free: which side of the bucket an id falls on is as unpredictable as its logit, so
+    // the candidates are compacted by index (the slot is always written, the count advances only
+    // for a candidate) and the weights masked.
+    int32_t found[kChunk];
+    uint64_t found_w[kChunk];
+    int n = 0;
+    uint64_t sum = 0;
+    for (int64_t i = b; i < e; ++i) {
+      const int rank = s.rank[size_t(i)];
+      const uint64_t W = s.w[size_t(i)];
+      found[n] = int32_t(i);
+      found_w[n] = W;
+      n += int(rank == bucket) & int(W != 0);
+      const uint64_t stays = W & (uint64_t(0) - uint64_t(rank < bucket));
+      s.w[size_t(i)] = stays;
+      sum += stays;
+    }
+    for (int j = 0; j < n; ++j) {
+      const size_t i = size_t(found[j]);
+      out.push_back(Boundary{descending_key(s.z[i]), found[j], found_w[j]});
+    }
+    r.chunk_sums[size_t(b / kChunk - r.first_chunk)] = sum;
+    b = e;
+  }
 }
 
-// Round 4 of a range, top-p only: the ids after the boundary leave (their weight becomes 0) and
-// the chunk sums are those of the final set.
-void round4(const Cut& cut, int bucket, const Boundary& last, int64_t begin, int64_t end, Scratch& s, Round2& r) {
-  std::fill(r.chunk_sums.begin(), r.chunk_sums.end(), uint64_t(0));
-  for (int64_t i = begin; i < end; ++i) {
-    uint64_t& W = s.w[size_t(i)];
-    if (W == 0) continue;
-    const int b = rank_bucket(cut.max - s.z[size_t(i)]);
-    if (b > bucket || (b == bucket && boundary_before(last, Boundary{descending_key(s.z[size_t(i)]), int32_t(i), 0})))
-      W = 0;
-    r.chunk_sums[size_t(i / kChunk - r.first_chunk)] += W;
+// The boundary: the candidate in rank order at which the running mass, starting from `before`
+// (the buckets ahead of this one), first reaches `target`. A quickselect weighted by W: each
+// step keeps the side of a pivot that holds the crossing, so the work is linear in the number of
+// candidates (expected) where a sort is n log n; the candidates ranking before the boundary end
+// up in front of it. Returns its index and leaves the mass at the boundary (inclusive) in `reached`.
+size_t select_boundary(std::vector<Boundary>& c, uint64_t before, uint64_t target, uint64_t& reached) {
+  size_t lo = 0, hi = c.size();
+  for (;;) {
+    std::swap(c[lo + (hi - lo) / 2], c[hi - 1]);  // the middle element as pivot (ids arrive in order)
+    const Boundary pivot = c[hi - 1];
+    const auto mid = std::partition(c.begin() + std::ptrdiff_t(lo), c.begin() + std::ptrdiff_t(hi - 1),
+                                    [&](const Boundary& x) { return boundary_before(x, pivot); });
+    const size_t m = size_t(mid - c.begin());
+    std::swap(c[m], c[hi - 1]);
+    uint64_t less = 0;
+    for (size_t j = lo; j < m; ++j) less += c[j].w;
+    if (before + less >= target) { hi = m; continue; }       // the crossing is before the pivot
+    if (before + less + c[m].w >= target) { reached = before + less + c[m].w; return m; }
+    before += less + c[m].w;
+    lo = m + 1;
   }
+}
+
+// Round 4 of a range, top-p only: the boundary bucket's ids up to the boundary (`in`) return.
+void round4(std::span<const Boundary> in, int64_t begin, int64_t end, Scratch& s, Round2& r) {
+  for (const Boundary& c : in)
+    if (c.id >= begin && c.id < end) {
+      s.w[size_t(c.id)] = c.w;
+      r.chunk_sums[size_t(c.id / kChunk - r.first_chunk)] += c.w;
+    }
 }
 
 // The plan of one token at temperature > 0: every range's rounds, leaving the final set's integer
@@ -219,17 +256,13 @@ Plan plan(const float* logits, const SamplingOptions& o, const Bias& bias, const
   int bucket = 0;
   uint64_t before = 0;
   while (before + mass[size_t(bucket)] < target) before += mass[size_t(bucket++)];
+  // What travels in round 3: each range's candidates of that one bucket.
   std::vector<Boundary> cands;
-  for (size_t r = 0; r < n; ++r) {
-    const std::vector<Boundary> part = round3(cut, bucket, bounds[r], bounds[r + 1], s);
-    const size_t mid = cands.size();
-    cands.insert(cands.end(), part.begin(), part.end());
-    std::inplace_merge(cands.begin(), cands.begin() + std::ptrdiff_t(mid), cands.end(), boundary_before);
-  }
-  uint64_t reached = before;
-  size_t j = 0;
-  while ((reached += cands[j].w) < target) ++j;
-  for (size_t r = 0; r < n; ++r) round4(cut, bucket, cands[j], bounds[r], bounds[r + 1], s, p.parts[r]);
+  for (size_t r = 0; r < n; ++r) round3(bucket, bounds[r], bounds[r + 1], s, p.parts[r], cands);
+  uint64_t reached = 0;
+  const size_t last = select_boundary(cands, before, target, reached);
+  const std::span<const Boundary> in(cands.data(), last + 1);
+  for (size_t r = 0; r < n; ++r) round4(in, bounds[r], bounds[r + 1], s, p.parts[r]);
   p.total = reached;
   return p;
 }
