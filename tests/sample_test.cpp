@@ -215,6 +215,25 @@ TEST(SampleRow, Avx2PassesEqualThePortableOnes) {
         if (wp[size_t(i)] != 0) { ASSERT_EQ(ba[size_t(i)], bp[size_t(i)]) << trial << " id " << i; }
       }
       ASSERT_EQ(sample::avx2::row_weights(za.data(), n, mp, min_p, wa.data(), nullptr), sp);
+      // Top-p's split at a bucket that holds ids, and at one next to it.
+      for (int64_t probe : {int64_t(0), n / 2}) {
+        if (probe >= n) continue;
+        for (int bucket : {int(bp[size_t(probe)]), int(bp[size_t(probe)]) + 1}) {
+          std::vector<uint64_t> sa_w(wp), sp_w(wp), fa_w(static_cast<size_t>(n)), fp_w(static_cast<size_t>(n));
+          std::vector<int32_t> fa(static_cast<size_t>(n)), fp(static_cast<size_t>(n));
+          int na = -1, np = -1;
+          const uint64_t ka = sample::avx2::split_at_bucket(sa_w.data(), bp.data(), n, bucket, fa.data(), fa_w.data(), &na);
+          const uint64_t kp = sample::portable::split_at_bucket(sp_w.data(), bp.data(), n, bucket, fp.data(), fp_w.data(), &np);
+          ASSERT_EQ(ka, kp);
+          ASSERT_EQ(sa_w, sp_w);
+          ASSERT_EQ(na, np);
+          for (int j = 0; j < np; ++j) {
+            ASSERT_EQ(fa[size_t(j)], fp[size_t(j)]);
+            ASSERT_EQ(fa_w[size_t(j)], fp_w[size_t(j)]);
+            ASSERT_EQ(bp[size_t(fp[size_t(j)])], bucket);
+          }
+        }
+      }
     }
   }
 }

@@ -18,10 +18,18 @@ double max_finite(const double* z, int64_t n);
 // value below kRankBuckets). Returns the sum of the w[i]. Distances below kZeroWeightBelow skip
 // the exp (their weight is 0 either way).
 uint64_t row_weights(const double* z, int64_t n, double m, double min_p, uint64_t* w, uint16_t* bucket);
+// Top-p's split of a row at the boundary bucket: for i < n, w[i] stays where rank[i] < bucket and
+// becomes 0 elsewhere; the ids with rank[i] == bucket and w[i] != 0 (before) are the candidates,
+// written as offsets to found[] with their weights to found_w[] (room for n each). Returns the sum
+// of the w[i] that stay; *n_found gets the count.
+uint64_t split_at_bucket(uint64_t* w, const uint16_t* rank, int64_t n, int bucket, int32_t* found, uint64_t* found_w,
+                         int* n_found);
 // y[i] = sample::exp(x[i]), except that where x[i] < kZeroWeightBelow, y[i] may be 0 instead.
 void exp_batch(const double* x, double* y, int64_t n);
 
 namespace portable {
+uint64_t split_at_bucket(uint64_t* w, const uint16_t* rank, int64_t n, int bucket, int32_t* found, uint64_t* found_w,
+                         int* n_found);
 double scaled_logits(const float* x, int64_t n, double t, double* z);
 double max_finite(const double* z, int64_t n);
 uint64_t row_weights(const double* z, int64_t n, double m, double min_p, uint64_t* w, uint16_t* bucket);
@@ -29,6 +37,8 @@ void exp_batch(const double* x, double* y, int64_t n);
 }  // namespace portable
 
 namespace avx2 {  // callers check cpu::cpu_supports(Isa::avx2) first
+uint64_t split_at_bucket(uint64_t* w, const uint16_t* rank, int64_t n, int bucket, int32_t* found, uint64_t* found_w,
+                         int* n_found);
 double scaled_logits(const float* x, int64_t n, double t, double* z);
 double max_finite(const double* z, int64_t n);
 uint64_t row_weights(const double* z, int64_t n, double m, double min_p, uint64_t* w, uint16_t* bucket);

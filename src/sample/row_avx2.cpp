@@ -174,6 +174,36 @@ uint64_t row_weights(const double* z, int64_t n, double m, double min_p, uint64_
   return hsum(sum) + portable::row_weights(z + i, n - i, m, min_p, w + i, bucket + (bucket != nullptr ? i : 0));
 }
 
+uint64_t split_at_bucket(uint64_t* w, const uint16_t* rank, int64_t n, int bucket, int32_t* found, uint64_t* found_w,
+                         int* n_found) {
+  const __m256i vb = _mm256_set1_epi64x(bucket);
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i sum = zero;
+  int k = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256i r = _mm256_cvtepu16_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rank + i)));
+    const __m256i wi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
+    // A candidate is rare (one bucket of 2,048): test four ids at once, look closer only then.
+    const __m256i cand = _mm256_andnot_si256(_mm256_cmpeq_epi64(wi, zero), _mm256_cmpeq_epi64(r, vb));
+    if (int mask = _mm256_movemask_pd(_mm256_castsi256_pd(cand))) {
+      for (int j = 0; j < 4; ++j)
+        if (mask & (1 << j)) {
+          found[k] = int32_t(i + j);
+          found_w[k++] = w[i + j];
+        }
+    }
+    const __m256i stays = _mm256_and_si256(wi, _mm256_cmpgt_epi64(vb, r));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + i), stays);
+    sum = _mm256_add_epi64(sum, stays);
+  }
+  int tail = 0;
+  const uint64_t rest = portable::split_at_bucket(w + i, rank + i, n - i, bucket, found + k, found_w + k, &tail);
+  for (int j = 0; j < tail; ++j) found[k + j] += int32_t(i);
+  *n_found = k + tail;
+  return hsum(sum) + rest;
+}
+
 void exp_batch(const double* x, double* y, int64_t n) {
   const __m256d skip_below = _mm256_set1_pd(kZeroWeightBelow);
   int64_t i = 0;

@@ -160,27 +160,12 @@ bool boundary_before(const Boundary& a, const Boundary& b) { return a.key != b.k
 void round3(int bucket, int64_t begin, int64_t end, Scratch& s, Round2& r, std::vector<Boundary>& out) {
   for (int64_t b = begin; b < end;) {
     const int64_t e = std::min(end, (b / kChunk + 1) * kChunk);
-    // Branch-free: which side of the bucket an id falls on is as unpredictable as its logit, so
-    // the candidates are compacted by index (the slot is always written, the count advances only
-    // for a candidate) and the weights masked.
     int32_t found[kChunk];
     uint64_t found_w[kChunk];
     int n = 0;
-    uint64_t sum = 0;
-    for (int64_t i = b; i < e; ++i) {
-      const int rank = s.rank[size_t(i)];
-      const uint64_t W = s.w[size_t(i)];
-      found[n] = int32_t(i);
-      found_w[n] = W;
-      n += int(rank == bucket) & int(W != 0);
-      const uint64_t stays = W & (uint64_t(0) - uint64_t(rank < bucket));
-      s.w[size_t(i)] = stays;
-      sum += stays;
-    }
-    for (int j = 0; j < n; ++j) {
-      const size_t i = size_t(found[j]);
-      out.push_back(Boundary{descending_key(s.z[i]), found[j], found_w[j]});
-    }
+    const uint64_t sum = split_at_bucket(s.w.data() + b, s.rank.data() + b, e - b, bucket, found, found_w, &n);
+    for (int j = 0; j < n; ++j)
+      out.push_back(Boundary{descending_key(s.z[size_t(b + found[j])]), int32_t(b + found[j]), found_w[j]});
     r.chunk_sums[size_t(b / kChunk - r.first_chunk)] = sum;
     b = e;
   }
