@@ -18,10 +18,13 @@
 #include <nlohmann/json.hpp>
 
 #include "io/npy.hpp"
+#include "cpu/kernels.hpp"
 #include "sample/exp.hpp"
+#include "sample/row.hpp"
 #include "sample/philox.hpp"
 #include "sample/sampler.hpp"
 #include "sample/verify.hpp"
+#include "sample/weight_math.hpp"
 #include "backend/backend.hpp"
 
 namespace {
@@ -119,6 +122,231 @@ TEST(SampleExp, EdgesAndMonotoneNearZero) {
     ASSERT_GE(e, prev) << x;
     prev = e;
   }
+}
+
+// The AVX2 exp must give the scalar bits lane by lane, or the token would depend on the CPU.
+void expect_batch_equals_scalar(const std::vector<double>& x, const char* what) {
+  if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::vector<double> got(x.size()), want(x.size());
+  sample::avx2::exp_batch(x.data(), got.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    want[i] = sample::exp(x[i]);
+    if (x[i] < sample::kZeroWeightBelow) {  // the batch may skip these: only the weight must agree
+      ASSERT_EQ(sample::integer_weight(got[i]), sample::integer_weight(want[i])) << what << " x " << x[i];
+      continue;
+    }
+    if (std::isnan(want[i])) { ASSERT_TRUE(std::isnan(got[i])) << what << " x " << x[i]; continue; }
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], 8), 0) << what << " x " << std::hexfloat << x[i] << " got " << got[i]
+                                                    << " want " << want[i];
+  }
+}
+
+TEST(SampleExpBatch, Avx2EqualsScalarOnEdgeCases) {
+  std::vector<double> x = {0.0, -0.0, 1.0, -1.0, 0x1p-1074, -0x1p-1074, 709.782712893384, 709.7827128933841,
+                           710.0, -745.2, -745.1999999999999, -745.2000000000001, -708.39, -708.4, -720.0, -740.0,
+                           -744.44, 0.34657359027997264, -0.34657359027997264, 0.3465735902799727, 1e-300, -1e-300,
+                           INFINITY, -INFINITY, NAN, -NAN, 1e300, -1e300, -28.0, -28.42, -29.0, -29.000000000000004};
+  while (x.size() % 4 != 0) x.push_back(0.5);
+  // Every lane position for each value, with neighbours that take other branches.
+  std::vector<double> lanes;
+  for (double v : x)
+    for (int lane = 0; lane < 4; ++lane)
+      for (int j = 0; j < 4; ++j) lanes.push_back(j == lane ? v : (j % 2 ? -1000.0 : 0.25));
+  expect_batch_equals_scalar(lanes, "edges");
+}
+
+TEST(SampleExpBatch, Avx2EqualsScalarOnSubnormalResultsAndADenseSweep) {
+  std::vector<double> x;
+  for (double v = -745.3; v < -707.0; v += 1.0 / 4096) x.push_back(v);  // subnormal and near-subnormal results
+  for (double v = -40; v <= 1; v += 1.0 / 65536) x.push_back(v);        // where the sampler's distances lie
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 2000000; ++i) {  // random bit patterns over the whole range
+    const uint64_t bits = rng();
+    double v;
+    std::memcpy(&v, &bits, 8);
+    x.push_back(v);
+    x.push_back(double(rng() >> 11) * 0x1p-53 * -800.0 + 10.0);  // uniform in (-790, 10]
+  }
+  expect_batch_equals_scalar(x, "sweep");
+}
+
+TEST(SampleExpBatch, OddLengthsUseTheScalarTail) {
+  std::vector<double> x(11), got(11);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = -0.37 * double(i);
+  for (int64_t n = 0; n <= 11; ++n) {
+    std::fill(got.begin(), got.end(), -1.0);
+    sample::exp_batch(x.data(), got.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[size_t(i)], sample::exp(x[size_t(i)])) << n << " " << i;
+    for (int64_t i = n; i < 11; ++i) ASSERT_EQ(got[size_t(i)], -1.0) << "wrote past " << n;
+  }
+}
+
+// The sampler's dense passes: the AVX2 versions give the portable results on rows with NaN,
+// infinities, exact ties, far tails (skipped exps) and odd lengths (the portable tail).
+TEST(SampleRow, Avx2PassesEqualThePortableOnes) {
+  if (!cpu::cpu_supports(cpu::Isa::avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937_64 rng(77);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t n = int64_t(rng() % 700);
+    std::vector<float> x(static_cast<size_t>(n));
+    const double scale = std::ldexp(1.0, int(rng() % 12) - 4);
+    std::normal_distribution<double> g(0.0, scale);
+    for (auto& v : x) {
+      const uint64_t kind = rng() % 50;
+      v = kind == 0 ? NAN : kind == 1 ? INFINITY : kind == 2 ? -INFINITY : kind < 10 ? 20.0f : float(g(rng));
+    }
+    const double t = std::ldexp(double(1 + rng() % 1000), -int(rng() % 12));
+    std::vector<double> za(static_cast<size_t>(n)), zp(static_cast<size_t>(n));
+    const double ma = sample::avx2::scaled_logits(x.data(), n, t, za.data());
+    const double mp = sample::portable::scaled_logits(x.data(), n, t, zp.data());
+    ASSERT_EQ(ma, mp) << trial;
+    ASSERT_EQ(std::memcmp(za.data(), zp.data(), size_t(n) * 8), 0) << trial;
+    ASSERT_EQ(sample::avx2::max_finite(za.data(), n), mp) << trial;
+    if (mp == -INFINITY) continue;
+    for (double min_p : {0.0, 1e-9, 0.05, 0.5, 1.0}) {
+      std::vector<uint64_t> wa(static_cast<size_t>(n)), wp(static_cast<size_t>(n));
+      std::vector<uint16_t> ba(static_cast<size_t>(n)), bp(static_cast<size_t>(n));
+      const uint64_t sa = sample::avx2::row_weights(za.data(), n, mp, min_p, wa.data(), ba.data());
+      const uint64_t sp = sample::portable::row_weights(za.data(), n, mp, min_p, wp.data(), bp.data());
+      ASSERT_EQ(sa, sp) << trial << " min-p " << min_p;
+      ASSERT_EQ(wa, wp) << trial << " min-p " << min_p;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_LT(ba[size_t(i)], sample::kRankBuckets);
+        if (wp[size_t(i)] != 0) { ASSERT_EQ(ba[size_t(i)], bp[size_t(i)]) << trial << " id " << i; }
+      }
+      ASSERT_EQ(sample::avx2::row_weights(za.data(), n, mp, min_p, wa.data(), nullptr), sp);
+      // Top-p's split at a bucket that holds ids, and at one next to it.
+      for (int64_t probe : {int64_t(0), n / 2}) {
+        if (probe >= n) continue;
+        for (int bucket : {int(bp[size_t(probe)]), int(bp[size_t(probe)]) + 1}) {
+          std::vector<uint64_t> sa_w(wp), sp_w(wp), fa_w(static_cast<size_t>(n)), fp_w(static_cast<size_t>(n));
+          std::vector<int32_t> fa(static_cast<size_t>(n)), fp(static_cast<size_t>(n));
+          int na = -1, np = -1;
+          const uint64_t ka = sample::avx2::split_at_bucket(sa_w.data(), bp.data(), n, bucket, fa.data(), fa_w.data(), &na);
+          const uint64_t kp = sample::portable::split_at_bucket(sp_w.data(), bp.data(), n, bucket, fp.data(), fp_w.data(), &np);
+          ASSERT_EQ(ka, kp);
+          ASSERT_EQ(sa_w, sp_w);
+          ASSERT_EQ(na, np);
+          for (int j = 0; j < np; ++j) {
+            ASSERT_EQ(fa[size_t(j)], fp[size_t(j)]);
+            ASSERT_EQ(fa_w[size_t(j)], fp_w[size_t(j)]);
+            ASSERT_EQ(bp[size_t(fp[size_t(j)])], bucket);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(SampleRow, SamplingIsRefusedAboveTheLargestVocabulary) {
+  SamplingOptions o;
+  o.temperature = 1;
+  try {
+    sample::validate(o, sample::kMaxSampledVocab + 1, 1);
+    ADD_FAILURE() << "accepted a vocabulary of 2^23 + 1 ids";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 8388608 ids"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(sample::validate(o, sample::kMaxSampledVocab, 1));
+  o.temperature = 0;  // greedy sums no weights
+  EXPECT_NO_THROW(sample::validate(o, sample::kMaxSampledVocab + 1, 1));
+}
+
+// ---- the integer arithmetic of weight_math.hpp --------------------------------------------------
+
+TEST(SampleWeights, IntegerWeightRoundsToNearestEven) {
+  EXPECT_EQ(sample::integer_weight(1.0), uint64_t(1) << 40);
+  EXPECT_EQ(sample::integer_weight(0.5), uint64_t(1) << 39);
+  EXPECT_EQ(sample::integer_weight(0.0), 0u);
+  EXPECT_EQ(sample::integer_weight(0x1p-41), 0u);          // half: to even, 0
+  EXPECT_EQ(sample::integer_weight(0x1.000002p-41), 1u);   // just above half
+  EXPECT_EQ(sample::integer_weight(1.5 * 0x1p-40), 2u);    // 1.5 to even
+  EXPECT_EQ(sample::integer_weight(2.5 * 0x1p-40), 2u);    // 2.5 to even
+  EXPECT_EQ(sample::integer_weight(1e-300), 0u);
+  std::mt19937_64 rng(9);
+  for (int i = 0; i < 1000000; ++i) {
+    const double w = std::ldexp(double(rng() >> 11), -53 - int(rng() % 30));  // spread over 30 octaves below 1
+    ASSERT_EQ(sample::integer_weight(w), uint64_t(std::nearbyint(std::ldexp(w, 40)))) << std::hexfloat << w;
+  }
+}
+
+TEST(SampleWeights, SkipBoundGivesWeightZero) {
+  // Every distance below the bound weighs 0 by the scalar exp itself; just above where weights
+  // start (2^-41 = exp(-28.42)) they do not, so the bound is not needlessly loose either.
+  for (double d = -745.3; d < sample::kZeroWeightBelow; d += 1.0 / 1024)
+    ASSERT_EQ(sample::integer_weight(sample::exp(d)), 0u) << d;
+  for (double d = -29.01; d < sample::kZeroWeightBelow; d += 1e-7)
+    ASSERT_EQ(sample::integer_weight(sample::exp(d)), 0u) << d;
+  EXPECT_EQ(sample::integer_weight(sample::exp(std::nextafter(sample::kZeroWeightBelow, -INFINITY))), 0u);
+  EXPECT_GT(sample::integer_weight(sample::exp(-28.4)), 0u);
+}
+
+TEST(SampleWeights, TopPTargetEdges) {
+  EXPECT_EQ(sample::top_p_target(10, 0.5), 5u);
+  EXPECT_EQ(sample::top_p_target(10, 0.51), 6u);             // ceil
+  EXPECT_EQ(sample::top_p_target(1, 1e-9), 1u);              // never below 1
+  EXPECT_EQ(sample::top_p_target(3, 1e-300), 1u);
+  EXPECT_EQ(sample::top_p_target(uint64_t(1) << 40, 1.0), uint64_t(1) << 40);
+  // 2^53 + 3 rounds up to 2^53 + 4 as a double: the clamp brings P back to S.
+  EXPECT_EQ(sample::top_p_target((uint64_t(1) << 53) + 3, 1.0), (uint64_t(1) << 53) + 3);
+  const uint64_t big = (uint64_t(1) << 40) * 202048;
+  EXPECT_EQ(sample::top_p_target(big, 0.5), big / 2);
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 200000; ++i) {
+    const uint64_t total = 1 + (rng() >> (1 + rng() % 63));
+    const double p = double(float(double(rng() >> 11) / 0x1p53));
+    if (p == 0) continue;
+    const uint64_t t = sample::top_p_target(total, p);
+    ASSERT_GE(t, 1u);
+    ASSERT_LE(t, total);
+    // Within one part in 2^50 of S * p, plus the ceil, when S * p is at least 1.
+    const long double exact = (long double)total * (long double)p;
+    if (exact >= 1) { ASSERT_LE(std::fabs((long double)t - exact), 1 + exact * 0x1p-50L) << total << " " << p; }
+  }
+}
+
+// floor(r * S / 2^128) from 128-bit pieces: floor((hi S + floor(lo S / 2^64)) / 2^64), where the
+// inner sum is below S 2^64 and cannot overflow.
+uint64_t brute_draw_target(sample::Random128 r, uint64_t total) {
+  using u128 = unsigned __int128;
+  return uint64_t((u128(r.hi) * total + ((u128(r.lo) * total) >> 64)) >> 64);
+}
+
+TEST(SampleWeights, DrawTargetIsTheFloorOfRTimesSAndUniform) {
+  std::mt19937_64 rng(21);
+  for (int i = 0; i < 1000000; ++i) {
+    const sample::Random128 r{rng(), rng()};
+    const uint64_t total = 1 + (rng() >> (rng() % 64));
+    const uint64_t t = sample::draw_target(r, total);
+    ASSERT_LT(t, total);
+    ASSERT_EQ(t, brute_draw_target(r, total)) << total;
+  }
+  // Exact counts: with 2^128 = q S + rem, target k is taken by the r in [ceil(k 2^128 / S),
+  // ceil((k + 1) 2^128 / S)), q or q + 1 values each, so no target is more likely than another by
+  // more than one part in q (about 2^128 / S).
+  using u128 = unsigned __int128;
+  for (uint64_t total : {1ull, 2ull, 3ull, 5ull, 7ull, 1000ull, 65537ull, (1ull << 32) - 5}) {
+    const u128 all = ~u128(0);
+    u128 q = all / total;
+    u128 rem = all % total + 1;
+    if (rem == total) { ++q; rem = 0; }
+    u128 prev_first = 0;
+    for (uint64_t k = 0; k < std::min<uint64_t>(total, 2000); ++k) {
+      const u128 first = q * k + (rem * k + total - 1) / total;  // ceil(k 2^128 / S)
+      const sample::Random128 at{uint64_t(first >> 64), uint64_t(first)};
+      ASSERT_EQ(sample::draw_target(at, total), k) << total;
+      if (k > 0) {
+        const u128 before = first - 1;
+        ASSERT_EQ(sample::draw_target(sample::Random128{uint64_t(before >> 64), uint64_t(before)}, total), k - 1);
+        const u128 count = first - prev_first;
+        ASSERT_TRUE(count == q || count == q + 1) << total << " " << k;
+      }
+      prev_first = first;
+    }
+  }
+  const sample::Random128 top{~0ull, ~0ull};
+  EXPECT_EQ(sample::draw_target(top, 5), 4u);
+  EXPECT_EQ(sample::draw_target(sample::Random128{0, 0}, 5), 0u);
 }
 
 // ---- the sampler against the exact distribution -------------------------------------------------
@@ -323,14 +551,20 @@ TEST(SampleGreedy, TemperatureZeroIsTheArgmaxOfTheBiasedAllowedLogits) {
 
 // ---- the same token for every split -------------------------------------------------------------
 
-TEST(SampleSplit, EveryChunkAlignedSplitDrawsTheSameToken) {
+TEST(SampleSplit, EverySplitDrawsTheSameToken) {
   const std::vector<float> x = test_logits();
-  const std::vector<std::vector<int64_t>> splits = {{0, 1300}, {0, 512, 1300}, {0, 1024, 1300}, {0, 512, 1024, 1300}};
+  // Chunk-aligned splits as shards are planned, and unaligned ones (a chunk's sum then comes in
+  // parts from two ranges): integer sums make both exact.
+  const std::vector<std::vector<int64_t>> splits = {{0, 1300},      {0, 512, 1300},      {0, 1024, 1300},
+                                                    {0, 512, 1024, 1300}, {0, 1, 1300}, {0, 700, 701, 1299, 1300},
+                                                    {0, 100, 333, 900, 1030, 1300}};
   for (const Config& c : configs())
     for (int64_t pos = 0; pos < 400; ++pos) {
       const int32_t whole = sample::sample_token(x.data(), 1300, c.o, nullptr, pos);
       for (const auto& b : splits) ASSERT_EQ(sample::sample_token(x.data(), 1300, c.o, nullptr, pos, b), whole) << c.name;
     }
+  const int64_t bad[] = {0, 700, 600, 1300};
+  EXPECT_THROW(sample::sample_token(x.data(), 1300, configs()[0].o, nullptr, 0, bad), Error);
 }
 
 TEST(SampleSplit, PositionAndSeedAloneKeyTheDraw) {
@@ -344,6 +578,148 @@ TEST(SampleSplit, PositionAndSeedAloneKeyTheDraw) {
   std::vector<int32_t> c;
   for (int pos = 0; pos < 64; ++pos) c.push_back(sample::sample_token(x.data(), 1300, o, nullptr, pos));
   EXPECT_NE(a, c);
+}
+
+// ---- the fast sampler against a brute-force reading of numerics.md §9 ----------------------------
+
+// The spec computed the naive way, sharing only weight_math.hpp's per-id functions: every included
+// id sorted in rank order, the prefix found by adding in that order; no buckets, chunks or skip.
+struct Brute {
+  int32_t token = -1;
+  std::vector<uint64_t> w;  // the final set's integer weights
+  uint64_t total = 0;
+};
+
+// The draw over a final set: the first id in id order whose running weight exceeds the target.
+int32_t brute_draw(const Brute& r, const SamplingOptions& o, int64_t position) {
+  const uint64_t t = sample::draw_target(sample::random128(o.seed, position, sample::Stream::draw), r.total);
+  uint64_t run = 0;
+  for (size_t i = 0; i < r.w.size(); ++i)
+    if ((run += r.w[i]) > t) return int32_t(i);
+  return -1;
+}
+
+Brute brute_sample(const std::vector<float>& x, const SamplingOptions& o, const uint32_t* mask, int64_t position) {
+  const int64_t V = int64_t(x.size());
+  struct E { double z; int32_t id; };
+  std::vector<E> inc;
+  for (int64_t i = 0; i < V; ++i) {
+    if (mask != nullptr && !((mask[i / 32] >> (i % 32)) & 1)) continue;
+    float b = 0;
+    for (auto [id, v] : o.logit_bias)
+      if (id == i) b = v;
+    const double z = sample::scaled_logit(x[size_t(i)], b, double(o.temperature));
+    if (std::isfinite(z)) inc.push_back({z, int32_t(i)});
+  }
+  std::sort(inc.begin(), inc.end(), [](const E& a, const E& b) { return a.z != b.z ? a.z > b.z : a.id < b.id; });
+  Brute r;
+  r.w.assign(size_t(V), 0);
+  const double m = inc.at(0).z;
+  for (size_t j = 0; j < inc.size() && (o.top_k == 0 || j < size_t(o.top_k)); ++j) {
+    const double w = sample::exp(inc[j].z - m);
+    if (sample::passes_min_p(w, double(o.min_p))) r.w[size_t(inc[j].id)] = sample::integer_weight(w);
+  }
+  for (uint64_t w : r.w) r.total += w;
+  if (o.top_p < 1) {
+    const uint64_t target = sample::top_p_target(r.total, double(o.top_p));
+    uint64_t reached = 0;
+    size_t j = 0;
+    while ((reached += r.w[size_t(inc[j].id)]) < target) ++j;
+    for (++j; j < inc.size(); ++j) r.w[size_t(inc[j].id)] = 0;
+    r.total = reached;
+  }
+  r.token = brute_draw(r, o, position);
+  return r;
+}
+
+void expect_same_as_brute(const std::vector<float>& x, const SamplingOptions& o, const uint32_t* mask,
+                          int64_t position, std::span<const int64_t> bounds, const Brute& ref, const std::string& what) {
+  ASSERT_EQ(sample::sample_token(x.data(), int64_t(x.size()), o, mask, position, bounds), brute_draw(ref, o, position))
+      << what;
+}
+
+// A saturated cap puts many logits at exactly the cap: the top-p boundary then falls inside a run
+// of equal z, cut by id.
+TEST(SampleBrute, TopPBoundaryInsideAnExactTieOfSaturatedLogits) {
+  const int64_t V = 5000;
+  std::mt19937_64 rng(13);
+  std::uniform_real_distribution<float> below(15.0f, 19.99f);
+  std::vector<float> x(static_cast<size_t>(V));
+  for (auto& v : x) v = (rng() % 5 < 3) ? 20.0f : below(rng);
+  const int64_t split[] = {0, 1234, 2500, 4999, V};
+  for (float top_p : {0.05f, 0.3f, 0.5f, 0.77f, 0.9f, 0.999f}) {
+    SamplingOptions o;
+    o.temperature = 1.0f;
+    o.top_p = top_p;
+    for (uint64_t seed : {1ull, 2ull, 0xdeadbeefull}) {
+      o.seed = seed;
+      const Brute ref = brute_sample(x, o, nullptr, 0);
+      // The tied ids kept are the lowest ones: the cut inside the tie is by id.
+      int64_t last_kept = -1, first_out = V;
+      for (int64_t i = 0; i < V; ++i) {
+        if (x[size_t(i)] != 20.0f) continue;
+        if (ref.w[size_t(i)] != 0) last_kept = i;
+        else first_out = std::min(first_out, i);
+      }
+      if (first_out < V) { EXPECT_LT(last_kept, first_out) << top_p; }
+      const sample::Weights kw = sample::kept_weights(x.data(), V, o, nullptr);
+      ASSERT_EQ(kw.total, double(ref.total)) << top_p;
+      for (int64_t i = 0; i < V; ++i) ASSERT_EQ(kw.weight[size_t(i)], double(ref.w[size_t(i)])) << top_p << " id " << i;
+      for (int64_t pos = 0; pos < 300; ++pos) {
+        expect_same_as_brute(x, o, nullptr, pos, {}, ref, "saturated top-p " + std::to_string(top_p));
+        expect_same_as_brute(x, o, nullptr, pos, split, ref, "saturated top-p, split");
+      }
+    }
+  }
+}
+
+TEST(SampleBrute, RandomLogitsOptionsAndPositionsDrawTheBruteForceToken) {
+  std::mt19937_64 rng(2026);
+  auto pick = [&](std::initializer_list<double> v) { return *(v.begin() + rng() % v.size()); };
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t V = 1 + int64_t(rng() % 3000);
+    std::vector<float> x(static_cast<size_t>(V));
+    const double scale = pick({0.01, 0.3, 1.0, 3.0, 20.0});
+    std::normal_distribution<double> n(0.0, scale);
+    const int levels = int(rng() % 4);  // 0: continuous; otherwise few distinct values, many ties
+    for (auto& v : x) v = levels ? float(int(rng() % (levels * 3)) * scale) : float(n(rng));
+    if (rng() % 4 == 0) x[rng() % size_t(V)] = NAN;
+    if (rng() % 8 == 0) x[rng() % size_t(V)] = -INFINITY;
+    SamplingOptions o;
+    o.temperature = float(pick({0.05, 0.5, 1.0, 1.7, 4.0}));
+    o.top_k = int(pick({0, 0, 1, 3, 40, 5000}));
+    o.top_p = float(pick({1.0, 1.0, 0.999, 0.9, 0.5, 0.1, 1e-6}));
+    o.min_p = float(pick({0.0, 0.0, 1e-12, 0.01, 0.3, 1.0}));
+    o.seed = rng();
+    if (rng() % 3 == 0)
+      for (int j = 0; j < 3; ++j) o.logit_bias.push_back({int32_t(rng() % size_t(V)), float(pick({-50.0, 1.5, 30.0}))});
+    std::sort(o.logit_bias.begin(), o.logit_bias.end());
+    o.logit_bias.erase(std::unique(o.logit_bias.begin(), o.logit_bias.end(),
+                                   [](const auto& a, const auto& b) { return a.first == b.first; }),
+                       o.logit_bias.end());
+    std::vector<uint32_t> mask;
+    if (rng() % 3 == 0) {
+      mask.assign(size_t((V + 31) / 32), 0);
+      for (auto& w : mask) w = uint32_t(rng()) | uint32_t(rng());
+      mask[0] |= 1u;  // id 0 is always allowed, so some id is included unless its logit is NaN
+    }
+    if (std::isnan(x[0]) || x[0] == -INFINITY) x[0] = 0.0f;
+    std::vector<int64_t> bounds = {0};
+    for (int64_t b = 1 + int64_t(rng() % 700); b < V; b += 1 + int64_t(rng() % 900)) bounds.push_back(b);
+    bounds.push_back(V);
+    const uint32_t* m = mask.empty() ? nullptr : mask.data();
+    const Brute ref = brute_sample(x, o, m, 0);
+    for (int j = 0; j < 8; ++j) {
+      const int64_t position = int64_t(rng() % 100000);
+      const std::string what = "trial " + std::to_string(trial) + " V " + std::to_string(V) + " position " +
+                               std::to_string(position);
+      expect_same_as_brute(x, o, m, position, {}, ref, what);
+      expect_same_as_brute(x, o, m, position, bounds, ref, what + " split");
+    }
+    const sample::Weights kw = sample::kept_weights(x.data(), V, o, m);
+    ASSERT_EQ(kw.total, double(ref.total)) << trial;
+    for (int64_t i = 0; i < V; ++i) ASSERT_EQ(kw.weight[size_t(i)], double(ref.w[size_t(i)])) << trial << " id " << i;
+  }
 }
 
 // ---- through the engine: every backend, shard count and call split -------------------------------

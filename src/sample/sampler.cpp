@@ -7,7 +7,9 @@
 #include <string>
 
 #include "sample/exp.hpp"
+#include "sample/row.hpp"
 #include "sample/philox.hpp"
+#include "sample/weight_math.hpp"
 
 namespace lmhead::sample {
 namespace {
@@ -17,7 +19,6 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 struct Cand {
   double z;  // the id's logit after bias and temperature
   int32_t id;
-  double w;  // exp(z - max), once the maximum is known
 };
 
 // Rank order of numerics.md §9: z descending, then id ascending (the argmax's tie rule).
@@ -26,40 +27,31 @@ bool ranks_before(const Cand& a, const Cand& b) {
   return a.id < b.id;
 }
 
-// The per-id transform (bias and mask, temperature) over one range of ids. The bias list is
-// sorted by id and walked with a cursor, so a bias costs nothing for the ids it does not name.
-class Walker {
- public:
-  Walker(const float* logits, const SamplingOptions& o, const std::vector<std::pair<int32_t, float>>& bias,
-         const uint32_t* mask)
-      : logits_(logits), o_(o), bias_(bias), mask_(mask) {}
+using Bias = std::vector<std::pair<int32_t, float>>;
 
-  // Calls f(id, v) for every allowed id in [begin, end) with v = logit + bias (double, exact sum
-  // of two floats' values rounded once); masked ids and NaN logits are skipped.
-  template <class F>
-  void each(int64_t begin, int64_t end, F&& f) const {
-    auto it = std::lower_bound(bias_.begin(), bias_.end(), std::pair<int32_t, float>(int32_t(begin), -INFINITY));
-    for (int64_t i = begin; i < end; ++i) {
-      double v = double(logits_[i]);
-      if (it != bias_.end() && it->first == i) v += double((it++)->second);
-      if (mask_ != nullptr && ((mask_[i >> 5] >> (i & 31)) & 1u) == 0) continue;
-      if (std::isnan(v)) continue;
-      f(int32_t(i), v);
-    }
-  }
-  double z(double v) const { return v / double(o_.temperature); }
-
- private:
-  const float* logits_;
-  const SamplingOptions& o_;
-  const std::vector<std::pair<int32_t, float>>& bias_;
-  const uint32_t* mask_;
-};
-
-std::vector<std::pair<int32_t, float>> sorted_bias(const SamplingOptions& o) {
-  std::vector<std::pair<int32_t, float>> b = o.logit_bias;
+Bias sorted_bias(const SamplingOptions& o) {
+  Bias b = o.logit_bias;
   std::sort(b.begin(), b.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   return b;
+}
+
+bool masked_out(const uint32_t* mask, int64_t i) { return mask != nullptr && ((mask[i >> 5] >> (i & 31)) & 1u) == 0; }
+
+// Each id's z, W and rank bucket for one call, reused by the next call on the same thread: the
+// vocabulary's arrays (3.6 MB at 202,048 ids) are not allocated and faulted in for every token.
+struct Scratch {
+  std::vector<double> z;       // NaN where the id's mask bit is 0
+  std::vector<uint64_t> w;     // the integer weight; 0 outside the kept (later the final) set
+  std::vector<uint16_t> rank;  // top-p: rank_bucket(max - z) where w != 0
+};
+Scratch& scratch(int64_t V) {
+  thread_local Scratch s;
+  if (int64_t(s.z.size()) < V) {
+    s.z.resize(size_t(V));
+    s.w.resize(size_t(V));
+    s.rank.resize(size_t(V));
+  }
+  return s;
 }
 
 void push_top(std::vector<Cand>& top, int k, const Cand& c) {
@@ -68,195 +60,235 @@ void push_top(std::vector<Cand>& top, int k, const Cand& c) {
   if (static_cast<int>(top.size()) > k) top.pop_back();
 }
 
-// Round 1 of a range: its maximum z and its k best candidates. Merged by max and by merging the
-// candidate lists: both are exact and independent of how the ids were split.
+bool included(double z) { return std::isfinite(z); }
+
+// Round 1 of a range: its maximum z and its k best candidates (exact to merge: max, and "k best
+// in a total order"). Leaves each id's z in the scratch for round 2.
 struct Round1 {
   double max = kNegInf;
   std::vector<Cand> top;
 };
 
-// What every range needs after round 1: the global maximum and the top-k cut (the k-th candidate).
+Round1 round1(const float* x, const SamplingOptions& o, const Bias& bias, const uint32_t* mask, int64_t begin,
+              int64_t end, double* z) {
+  const double t = double(o.temperature);
+  Round1 r;
+  r.max = scaled_logits(x + begin, end - begin, t, z + begin);
+  auto it = std::lower_bound(bias.begin(), bias.end(), std::pair<int32_t, float>(int32_t(begin), -INFINITY));
+  const bool biased = it != bias.end() && it->first < end;
+  for (; it != bias.end() && it->first < end; ++it) z[it->first] = scaled_logit(x[it->first], it->second, t);
+  if (mask != nullptr)
+    for (int64_t i = begin; i < end; ++i)
+      if (masked_out(mask, i)) z[i] = std::numeric_limits<double>::quiet_NaN();
+  if (biased || mask != nullptr) r.max = max_finite(z + begin, end - begin);
+  if (o.top_k > 0) {
+    // Most ids fail the first comparison against the current k-th once the list is full.
+    double kth = kNegInf;
+    for (int64_t i = begin; i < end; ++i) {
+      if (!(z[i] >= kth) || !included(z[i])) continue;
+      push_top(r.top, o.top_k, Cand{z[i], int32_t(i)});
+      if (static_cast<int>(r.top.size()) == o.top_k) kth = r.top.back().z;
+    }
+  }
+  return r;
+}
+
+// What every range needs after round 1: the global maximum and the top-k list (when k ids or
+// more are included, only they can be kept).
 struct Cut {
   double max = kNegInf;
   bool has_k = false;
-  Cand kth{};
+  std::vector<Cand> top;
   double min_p = 0;
-  bool in(const Cand& c) const { return !has_k || !ranks_before(kth, c); }
 };
 
-// Round 2 of a range: the weights exp(z - max) of its kept ids summed per 512-id chunk, and for
-// top-p a count of its kept ids per weight bucket and the weights themselves (kept for round 3).
-constexpr int kBuckets = 64 * 32;  // 64 per octave of m - z from 2^-20 to 2^12; the ends clamp
-
-// Bucket by the distance below the maximum, d = m - z >= 0: a larger d never gets a smaller bucket,
-// so every id of a higher bucket ranks after every id of a lower one (no property of exp needed).
-int bucket_of(double d) {
-  uint64_t bits, base_bits;
-  const double base = 0x1p-20;
-  std::memcpy(&bits, &d, 8);
-  std::memcpy(&base_bits, &base, 8);
-  if (bits <= base_bits) return 0;
-  const uint64_t b = (bits - base_bits) >> 46;
-  return b >= uint64_t(kBuckets) ? kBuckets - 1 : int(b);
-}
-
+// Round 2 of a range: the integer weight of each kept id (left in the scratch), their sums per
+// 512-id chunk (a chunk cut by a range bound gets a partial sum from each side) and, for top-p,
+// per rank bucket.
 struct Round2 {
-  std::vector<double> chunk_sums;  // chunks [first_chunk, first_chunk + size)
   int64_t first_chunk = 0;
-  std::vector<int64_t> buckets;    // top-p: kept ids per bucket of m - z
-  std::vector<double> lightest;    // top-p: the smallest weight in each bucket
-  std::vector<double> w;           // top-p: each id's weight, -1 when not kept
-  std::vector<Cand> cands;         // top-p, round 3: candidates that can be in the prefix, rank order
-  size_t next = 0;
-
-  const Cand* head() const { return next < cands.size() ? &cands[next] : nullptr; }
+  std::vector<uint64_t> chunk_sums;
+  std::vector<uint64_t> bucket_mass;  // top-p: kRankBuckets sums
 };
 
-template <class F>
-void each_kept(const Walker& walk, const Cut& cut, int64_t begin, int64_t end, F&& f) {
-  walk.each(begin, end, [&](int32_t id, double v) {
-    const Cand c{walk.z(v), id, 0.0};
-    if (!cut.in(c)) return;
-    const double w = sample::exp(c.z - cut.max);
-    if (cut.min_p > 0 && !(w >= cut.min_p)) return;
-    f(Cand{c.z, id, w});
-  });
+uint64_t weight_of(double w, double min_p) { return passes_min_p(w, min_p) ? integer_weight(w) : 0; }
+
+Round2 round2(const Cut& cut, int64_t begin, int64_t end, Scratch& s, bool top_p) {
+  Round2 r;
+  r.first_chunk = begin / kChunk;
+  r.chunk_sums.assign(size_t((end - 1) / kChunk - r.first_chunk + 1), 0);
+  if (top_p) r.bucket_mass.assign(size_t(kRankBuckets), 0);
+  uint64_t* w = s.w.data();
+  uint16_t* rank = s.rank.data();
+  if (cut.has_k) {
+    // Only the k ids of the list can be kept: no pass over the range's weights.
+    std::fill(w + begin, w + end, uint64_t(0));
+    for (const Cand& c : cut.top) {
+      if (c.id < begin || c.id >= end) continue;
+      const uint64_t W = weight_of(sample::exp(c.z - cut.max), cut.min_p);
+      w[c.id] = W;
+      rank[c.id] = uint16_t(rank_bucket(cut.max - c.z));
+      r.chunk_sums[size_t(c.id / kChunk - r.first_chunk)] += W;
+      if (top_p) r.bucket_mass[rank[c.id]] += W;
+    }
+    return r;
+  }
+  for (int64_t b = begin; b < end;) {
+    const int64_t e = std::min(end, (b / kChunk + 1) * kChunk);
+    r.chunk_sums[size_t(b / kChunk - r.first_chunk)] +=
+        row_weights(s.z.data() + b, e - b, cut.max, cut.min_p, w + b, top_p ? rank + b : nullptr);
+    if (top_p)  // while the chunk is in cache; w = 0 adds nothing
+      for (int64_t i = b; i < e; ++i) r.bucket_mass[rank[i]] += w[i];
+    b = e;
+  }
+  return r;
 }
 
+// Round 3 of a range, top-p only: its kept ids of the boundary bucket, as (rank key, id, W), in
+// no particular order (the merge selects the boundary without sorting them).
+struct Boundary {
+  uint64_t key;
+  int32_t id;
+  uint64_t w;
+};
+bool boundary_before(const Boundary& a, const Boundary& b) { return a.key != b.key ? a.key < b.key : a.id < b.id; }
+
+// Round 3 of a range, top-p only: its kept ids of the boundary bucket (they travel), and, in the
+// same pass, the local half of round 4: ids of later buckets leave the set (weight 0) and so do
+// the boundary bucket's until the boundary is known, the chunk sums becoming those of the ids
+// that certainly stay.
+void round3(int bucket, int64_t begin, int64_t end, Scratch& s, Round2& r, std::vector<Boundary>& out) {
+  for (int64_t b = begin; b < end;) {
+    const int64_t e = std::min(end, (b / kChunk + 1) * kChunk);
+    int32_t found[kChunk];
+    uint64_t found_w[kChunk];
+    int n = 0;
+    const uint64_t sum = split_at_bucket(s.w.data() + b, s.rank.data() + b, e - b, bucket, found, found_w, &n);
+    for (int j = 0; j < n; ++j)
+      out.push_back(Boundary{descending_key(s.z[size_t(b + found[j])]), int32_t(b + found[j]), found_w[j]});
+    r.chunk_sums[size_t(b / kChunk - r.first_chunk)] = sum;
+    b = e;
+  }
+}
+
+// The boundary: the candidate in rank order at which the running mass, starting from `before`
+// (the buckets ahead of this one), first reaches `target`. A quickselect weighted by W: each
+// step keeps the side of a pivot that holds the crossing, so the work is linear in the number of
+// candidates (expected) where a sort is n log n; the candidates ranking before the boundary end
+// up in front of it. Returns its index and leaves the mass at the boundary (inclusive) in `reached`.
+size_t select_boundary(std::vector<Boundary>& c, uint64_t before, uint64_t target, uint64_t& reached) {
+  size_t lo = 0, hi = c.size();
+  for (;;) {
+    std::swap(c[lo + (hi - lo) / 2], c[hi - 1]);  // the middle element as pivot (ids arrive in order)
+    const Boundary pivot = c[hi - 1];
+    const auto mid = std::partition(c.begin() + std::ptrdiff_t(lo), c.begin() + std::ptrdiff_t(hi - 1),
+                                    [&](const Boundary& x) { return boundary_before(x, pivot); });
+    const size_t m = size_t(mid - c.begin());
+    std::swap(c[m], c[hi - 1]);
+    uint64_t less = 0;
+    for (size_t j = lo; j < m; ++j) less += c[j].w;
+    if (before + less >= target) { hi = m; continue; }       // the crossing is before the pivot
+    if (before + less + c[m].w >= target) { reached = before + less + c[m].w; return m; }
+    before += less + c[m].w;
+    lo = m + 1;
+  }
+}
+
+// Round 4 of a range, top-p only: the boundary bucket's ids up to the boundary (`in`) return.
+void round4(std::span<const Boundary> in, int64_t begin, int64_t end, Scratch& s, Round2& r) {
+  for (const Boundary& c : in)
+    if (c.id >= begin && c.id < end) {
+      s.w[size_t(c.id)] = c.w;
+      r.chunk_sums[size_t(c.id / kChunk - r.first_chunk)] += c.w;
+    }
+}
+
+// The plan of one token at temperature > 0: every range's rounds, leaving the final set's integer
+// weights in the scratch and their chunk sums, plus the total S'.
 struct Plan {
-  Cut cut;
   std::vector<Round2> parts;
-  double total = 0;  // chunked sum of every kept weight
+  uint64_t total = 0;
 };
 
-Plan plan(const float* logits, const SamplingOptions& o, const std::vector<std::pair<int32_t, float>>& bias,
-          const uint32_t* mask, std::span<const int64_t> bounds, bool collect) {
-  const Walker walk(logits, o, bias, mask);
+Plan plan(const float* logits, const SamplingOptions& o, const Bias& bias, const uint32_t* mask,
+          std::span<const int64_t> bounds, Scratch& s) {
   const size_t n = bounds.size() - 1;
-  Round1 merged;
+  Cut cut;
+  cut.min_p = double(o.min_p);
   for (size_t r = 0; r < n; ++r) {
-    Round1 part;
-    walk.each(bounds[r], bounds[r + 1], [&](int32_t id, double v) {
-      const Cand c{walk.z(v), id, 0.0};
-      part.max = std::max(part.max, c.z);
-      if (o.top_k > 0) push_top(part.top, o.top_k, c);
-    });
-    // What travels: one double and at most k (z, id) pairs per range.
-    merged.max = std::max(merged.max, part.max);
-    for (const Cand& c : part.top) push_top(merged.top, o.top_k, c);
+    const Round1 part = round1(logits, o, bias, mask, bounds[r], bounds[r + 1], s.z.data());
+    cut.max = std::max(cut.max, part.max);
+    for (const Cand& c : part.top) push_top(cut.top, o.top_k, c);
   }
-  if (merged.max == kNegInf) throw Error("no token can be sampled: the allowed-token mask (or NaN logits) excludes every id");
+  if (cut.max == kNegInf)
+    throw Error("no token can be sampled: the allowed-token mask (or non-finite logits) excludes every id");
+  cut.has_k = o.top_k > 0 && static_cast<int>(cut.top.size()) == o.top_k;
+  const bool top_p = o.top_p < 1;
   Plan p;
-  p.cut.max = merged.max;
-  p.cut.min_p = double(o.min_p);
-  if (o.top_k > 0 && static_cast<int>(merged.top.size()) == o.top_k) {
-    p.cut.has_k = true;
-    p.cut.kth = merged.top.back();
-  }
-  p.parts.resize(n);
-  for (size_t r = 0; r < n; ++r) {
-    Round2& part = p.parts[r];
-    part.first_chunk = bounds[r] / kChunk;
-    part.chunk_sums.assign(size_t((bounds[r + 1] + kChunk - 1) / kChunk - part.first_chunk), 0.0);
-    if (collect) {
-      part.buckets.assign(kBuckets, 0);
-      part.lightest.assign(kBuckets, std::numeric_limits<double>::infinity());
-      part.w.assign(size_t(bounds[r + 1] - bounds[r]), -1.0);
-    }
-    each_kept(walk, p.cut, bounds[r], bounds[r + 1], [&](const Cand& c) {
-      part.chunk_sums[size_t(c.id / kChunk - part.first_chunk)] += c.w;
-      if (collect) {
-        const size_t b = size_t(bucket_of(p.cut.max - c.z));
-        ++part.buckets[b];
-        part.lightest[b] = std::min(part.lightest[b], c.w);
-        part.w[size_t(c.id - bounds[r])] = c.w;
-      }
-    });
-  }
-  // What travels: one double per 512-id chunk; added in id order.
+  for (size_t r = 0; r < n; ++r) p.parts.push_back(round2(cut, bounds[r], bounds[r + 1], s, top_p));
+  uint64_t total = 0;
   for (const Round2& part : p.parts)
-    for (double s : part.chunk_sums) p.total += s;
-  if (!collect) return p;
-  // Top-p only needs the ids that can be in the prefix. The ids of buckets 0..b weigh at least
-  // the sum over those buckets of count * lightest weight; once that reaches top_p * total (with
-  // room for the rounding of the additions), every id of a later bucket ranks after all of them,
-  // has that much mass before it, and is out. What
-  // travels: a count and a minimum per bucket (exact to merge), so the bound is the same for
-  // every split.
-  std::vector<int64_t> counts(kBuckets, 0);
-  std::vector<double> lightest(kBuckets, std::numeric_limits<double>::infinity());
+    for (uint64_t c : part.chunk_sums) total += c;
+  if (!top_p) {
+    p.total = total;
+    return p;
+  }
+  // The bucket where the mass in rank order reaches P: lower buckets are in, higher ones out.
+  std::vector<uint64_t> mass(size_t(kRankBuckets), 0);
   for (const Round2& part : p.parts)
-    for (int b = 0; b < kBuckets; ++b) {
-      counts[size_t(b)] += part.buckets[size_t(b)];
-      lightest[size_t(b)] = std::min(lightest[size_t(b)], part.lightest[size_t(b)]);
-    }
-  const double target = double(o.top_p) * p.total;
-  int last_bucket = kBuckets - 1;
-  double at_least = 0;
-  for (int b = 0; b < kBuckets; ++b) {
-    if (counts[size_t(b)] == 0) continue;
-    at_least += double(counts[size_t(b)]) * lightest[size_t(b)];
-    if (at_least * (1.0 - 0x1p-20) >= target) { last_bucket = b; break; }
-  }
-  // Round 3: each range sends its candidates from buckets 0..last_bucket in rank order.
-  for (size_t r = 0; r < n; ++r) {
-    Round2& part = p.parts[r];
-    walk.each(bounds[r], bounds[r + 1], [&](int32_t id, double v) {
-      const double w = part.w[size_t(id - bounds[r])];
-      if (w < 0) return;
-      const double z = walk.z(v);
-      if (bucket_of(p.cut.max - z) <= last_bucket) part.cands.push_back(Cand{z, id, w});
-    });
-    std::sort(part.cands.begin(), part.cands.end(), ranks_before);
-    part.w.clear();
-    part.w.shrink_to_fit();
-  }
+    for (size_t b = 0; b < mass.size(); ++b) mass[b] += part.bucket_mass[b];
+  const uint64_t target = top_p_target(total, double(o.top_p));
+  int bucket = 0;
+  uint64_t before = 0;
+  while (before + mass[size_t(bucket)] < target) before += mass[size_t(bucket++)];
+  // What travels in round 3: each range's candidates of that one bucket.
+  std::vector<Boundary> cands;
+  for (size_t r = 0; r < n; ++r) round3(bucket, bounds[r], bounds[r + 1], s, p.parts[r], cands);
+  uint64_t reached = 0;
+  const size_t last = select_boundary(cands, before, target, reached);
+  const std::span<const Boundary> in(cands.data(), last + 1);
+  for (size_t r = 0; r < n; ++r) round4(in, bounds[r], bounds[r + 1], s, p.parts[r]);
+  p.total = reached;
   return p;
 }
 
-// Top-p: candidates in rank order from every range, merged, until their running mass (added in
-// rank order) reaches top_p * total. Only that prefix travels, and only as far as it is needed.
-std::vector<Cand> top_p_prefix(Plan& p, double top_p, std::vector<double>& cumulative) {
-  const double target = top_p * p.total;
-  std::vector<Cand> prefix;
-  double c = 0;
-  for (;;) {
-    Round2* best = nullptr;
-    const Cand* best_head = nullptr;
-    for (Round2& part : p.parts)
-      if (const Cand* h = part.head(); h != nullptr && (best_head == nullptr || ranks_before(*h, *best_head))) {
-        best = &part;
-        best_head = h;
+// The draw: the chunk holding the target is found from the chunk sums; only its ids are walked.
+int32_t draw(const Plan& p, const Scratch& s, int64_t V, uint64_t target) {
+  std::vector<uint64_t> chunks(size_t((V + kChunk - 1) / kChunk), 0);
+  for (const Round2& part : p.parts)
+    for (size_t c = 0; c < part.chunk_sums.size(); ++c) chunks[size_t(part.first_chunk) + c] += part.chunk_sums[c];
+  uint64_t before = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    if (before + chunks[c] > target) {
+      for (int64_t i = int64_t(c) * kChunk;; ++i) {
+        before += s.w[size_t(i)];
+        if (before > target) return int32_t(i);
       }
-    if (best == nullptr) break;
-    c += best_head->w;
-    prefix.push_back(*best_head);
-    cumulative.push_back(c);
-    ++best->next;
-    if (c >= target) break;
+    }
+    before += chunks[c];
   }
-  return prefix;
+  throw Error("internal: the draw's target " + std::to_string(target) + " is not below the total weight");
 }
 
-int64_t check_bounds(std::span<const int64_t> bounds, int64_t V) {
+void check_bounds(std::span<const int64_t> bounds, int64_t V) {
   if (bounds.size() < 2 || bounds.front() != 0 || bounds.back() != V)
     throw Error("sampling ranges must run from id 0 to the vocabulary size");
-  for (size_t i = 1; i < bounds.size(); ++i) {
+  for (size_t i = 1; i < bounds.size(); ++i)
     if (bounds[i] <= bounds[i - 1]) throw Error("sampling ranges must be ascending and non-empty");
-    if (i + 1 < bounds.size() && bounds[i] % kChunk != 0) throw Error("inner sampling range bounds must be multiples of 512");
-  }
-  return int64_t(bounds.size() - 1);
 }
 
-int32_t greedy(const float* logits, const SamplingOptions& o, const std::vector<std::pair<int32_t, float>>& bias,
-               const uint32_t* mask, std::span<const int64_t> bounds) {
-  const Walker walk(logits, o, bias, mask);
+int32_t greedy(const float* logits, const Bias& bias, const uint32_t* mask, std::span<const int64_t> bounds) {
   double best = kNegInf;
   int32_t best_id = -1;
-  for (size_t r = 0; r + 1 < bounds.size(); ++r)
-    walk.each(bounds[r], bounds[r + 1], [&](int32_t id, double v) {
-      if (best_id < 0 || v > best) { best = v; best_id = id; }
-    });
+  for (size_t r = 0; r + 1 < bounds.size(); ++r) {
+    auto it = std::lower_bound(bias.begin(), bias.end(), std::pair<int32_t, float>(int32_t(bounds[r]), -INFINITY));
+    for (int64_t i = bounds[r]; i < bounds[r + 1]; ++i) {
+      double v = double(logits[i]);
+      if (it != bias.end() && it->first == i) v += double((it++)->second);
+      if (masked_out(mask, i) || std::isnan(v)) continue;
+      if (best_id < 0 || v > best) { best = v; best_id = int32_t(i); }
+    }
+  }
   if (best_id < 0) throw Error("no token can be chosen: the allowed-token mask (or NaN logits) excludes every id");
   return best_id;
 }
@@ -269,6 +301,10 @@ void validate(const SamplingOptions& o, int64_t vocab, int tokens) {
   if (!(o.top_p > 0 && o.top_p <= 1)) throw Error("top-p must be in (0, 1], got " + std::to_string(o.top_p));
   if (!(o.min_p >= 0 && o.min_p <= 1)) throw Error("min-p must be in [0, 1], got " + std::to_string(o.min_p));
   if (o.top_k < 0) throw Error("sample top-k must be >= 0 (0: off), got " + std::to_string(o.top_k));
+  if (o.temperature > 0 && vocab > kMaxSampledVocab)
+    throw Error("sampling supports vocabularies of at most " + std::to_string(kMaxSampledVocab) + " ids (2^23: the " +
+                "sum of the integer weights must stay below 2^64), this one has " + std::to_string(vocab) +
+                "; use temperature 0 (greedy)");
   std::vector<int32_t> ids;
   for (const auto& [id, value] : o.logit_bias) {
     if (id < 0 || id >= vocab)
@@ -330,73 +366,27 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& o, c
   const int64_t whole[2] = {0, V};
   if (bounds.empty()) bounds = whole;
   check_bounds(bounds, V);
-  const auto bias = sorted_bias(o);
-  if (o.temperature == 0) return greedy(logits, o, bias, mask, bounds);
-  const bool top_p = o.top_p < 1;
-  Plan p = plan(logits, o, bias, mask, bounds, top_p);
-  const double u = uniform(o.seed, position, Stream::draw);
-  if (top_p) {
-    std::vector<double> cumulative;
-    const std::vector<Cand> prefix = top_p_prefix(p, double(o.top_p), cumulative);
-    const double t = u * cumulative.back();
-    for (size_t j = 0; j < prefix.size(); ++j)
-      if (cumulative[j] > t) return prefix[j].id;
-    return prefix.back().id;
-  }
-  // Inverse CDF in id order: the chunk is found from the chunk sums that travelled; only the range
-  // owning it walks its ids again.
-  const double t = u * p.total;
-  const Walker walk(logits, o, bias, mask);
-  double before = 0;
-  int32_t last = -1;
-  for (size_t r = 0; r < p.parts.size(); ++r) {
-    const Round2& part = p.parts[r];
-    for (size_t k = 0; k < part.chunk_sums.size(); ++k) {
-      const double c = part.chunk_sums[k];
-      if (before + c > t) {
-        const int64_t b = (part.first_chunk + int64_t(k)) * kChunk;
-        double s = 0;
-        int32_t found = -1;
-        each_kept(walk, p.cut, b, std::min(V, b + kChunk), [&](const Cand& x) {
-          if (found >= 0) return;
-          s += x.w;
-          if (before + s > t) found = x.id;
-        });
-        if (found >= 0) return found;
-      }
-      if (c > 0) last = int32_t((part.first_chunk + int64_t(k)) * kChunk);
-      before += c;
-    }
-  }
-  // u * total rounded up to total: the last kept id of the last chunk with weight.
-  int32_t found = -1;
-  each_kept(walk, p.cut, last, std::min(V, int64_t(last) + kChunk), [&](const Cand& x) {
-    if (x.w > 0) found = x.id;
-  });
-  return found;
+  const Bias bias = sorted_bias(o);
+  if (o.temperature == 0) return greedy(logits, bias, mask, bounds);
+  Scratch& s = scratch(V);
+  const Plan p = plan(logits, o, bias, mask, bounds, s);
+  return draw(p, s, V, draw_target(random128(o.seed, position, Stream::draw), p.total));
 }
 
 Weights kept_weights(const float* logits, int64_t V, const SamplingOptions& o, const uint32_t* mask) {
   const int64_t whole[2] = {0, V};
-  const auto bias = sorted_bias(o);
+  const Bias bias = sorted_bias(o);
   Weights out;
   out.weight.assign(size_t(V), 0.0);
   if (o.temperature == 0) {  // greedy: all mass on the one token
-    out.weight[size_t(greedy(logits, o, bias, mask, whole))] = 1.0;
+    out.weight[size_t(greedy(logits, bias, mask, whole))] = 1.0;
     out.total = 1.0;
     return out;
   }
-  const bool top_p = o.top_p < 1;
-  Plan p = plan(logits, o, bias, mask, whole, top_p);
-  if (top_p) {
-    std::vector<double> cumulative;
-    for (const Cand& c : top_p_prefix(p, double(o.top_p), cumulative)) out.weight[size_t(c.id)] = c.w;
-    out.total = cumulative.back();
-  } else {
-    const Walker walk(logits, o, bias, mask);
-    each_kept(walk, p.cut, 0, V, [&](const Cand& c) { out.weight[size_t(c.id)] = c.w; });
-    out.total = p.total;
-  }
+  Scratch& s = scratch(V);
+  const Plan p = plan(logits, o, bias, mask, whole, s);
+  for (int64_t i = 0; i < V; ++i) out.weight[size_t(i)] = double(s.w[size_t(i)]);
+  out.total = double(p.total);
   return out;
 }
 

@@ -1,9 +1,10 @@
 #pragma once
 // Seeded sampling of one token from its capped logits (numerics.md §9), written as per-range
 // summaries that merge exactly, like select/: a range of ids (a thread's, a shard's, a GPU's) is
-// summarized in two rounds, and what travels between rounds is small (a maximum and k candidates;
-// 512-id chunk sums; for top-p, candidates in rank order until the mass is reached). The token
-// drawn is therefore the same for every split of the vocabulary on 512-id chunk boundaries.
+// summarized in rounds, and what travels between rounds is small (a maximum and k candidates;
+// integer weight sums per 512-id chunk and per rank bucket; for top-p, the ids of one bucket).
+// Every sum is of integer weights, exact in any order, so the token drawn is the same for every
+// split of the vocabulary.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -12,11 +13,14 @@
 
 namespace lmhead::sample {
 
-constexpr int64_t kChunk = 512;  // the same chunk as select::kSumExpChunk, so shards already align
+// The draw finds its chunk from per-chunk sums, then walks that chunk's ids; the size only sets
+// how much travels and how far the walk goes (the sums are exact, so nothing depends on it).
+constexpr int64_t kChunk = 512;
 
 // Throws Error naming the problem: negative or non-finite temperature, top-p outside (0, 1], min-p
 // outside [0, 1], negative top-k, a bias id outside the vocabulary or given twice, a non-finite
-// bias, a mask whose length is neither ceil(V/32) nor tokens * ceil(V/32) words.
+// bias, a mask whose length is neither ceil(V/32) nor tokens * ceil(V/32) words, sampling
+// (temperature > 0) over more than kMaxSampledVocab ids (the integer weights' total would overflow).
 void validate(const SamplingOptions& o, int64_t vocab, int tokens);
 // Whether choosing the token needs the logits (otherwise it is the argmax of the summary).
 bool needs_logits(const SamplingOptions& o);
@@ -24,22 +28,24 @@ bool needs_logits(const SamplingOptions& o);
 const uint32_t* mask_row(const SamplingOptions& o, int64_t vocab, int t);
 
 // One token: its capped logits over ids [0, V), the mask row (or nullptr), its position.
-// `bounds` splits the ids into ranges (ascending, from 0 to V, inner bounds multiples of kChunk)
-// that are summarized apart and merged, as shards would; the result never depends on it.
+// `bounds` splits the ids into ranges (ascending and non-empty, from 0 to V) that are summarized
+// apart and merged, as shards would; the result never depends on it.
 int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& o, const uint32_t* mask,
                      int64_t position, std::span<const int64_t> bounds = {});
 
-// The distribution the sampler draws from at temperature > 0, as unnormalized weights over ids
-// (0 outside the kept set) and their total in the sampler's order: p_i = weight[i] / total.
+// The distribution the sampler draws from at temperature > 0: each id's integer weight W_i (0
+// outside the final set) and their total S', both exact as doubles (W_i <= 2^40, S' < 2^63 is a
+// sum of them: exact while below 2^53, otherwise the double nearest to it): p_i = weight[i] / total.
 struct Weights {
   std::vector<double> weight;
   double total = 0;
 };
 Weights kept_weights(const float* logits, int64_t V, const SamplingOptions& o, const uint32_t* mask);
 
-// The chunked sum of numerics.md §9: sequential inside 512-id chunks, chunk sums added in id order.
+// Double weights for verification's residual max(0, p - q), which is not an integer weight: summed
+// sequentially inside 512-id chunks, chunk sums added in id order.
 double chunked_sum(const double* w, int64_t n);
-// Inverse CDF over weights in id order with the chunked sum's additions: the first id whose
+// Inverse CDF over double weights in id order with the chunked sum's additions: the first id whose
 // running total exceeds u * total (u in (0, 1)). -1 when every weight is 0.
 int32_t inverse_cdf(const double* w, int64_t n, double u);
 

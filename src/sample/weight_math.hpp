@@ -25,6 +25,10 @@ namespace lmhead::sample {
 // over a vocabulary of at most kMaxSampledVocab ids stays below 2^64.
 constexpr int kWeightBits = 40;
 constexpr int64_t kMaxSampledVocab = int64_t(1) << 23;
+// Below this distance from the maximum (z - max < -29, w < 2.6e-13) every id's integer weight is
+// 0 (exp(-28.42) = 2^-41 is where the rounding starts giving 1), so a sampler may skip the exp;
+// SampleWeights.SkipBoundGivesWeightZero checks it against sample::exp itself.
+constexpr double kZeroWeightBelow = -29.0;
 
 // Coarse rank buckets of d = max - z >= 0: 64 per octave from 2^-20 to 2^12, the ends clamped.
 // A larger d never gets a smaller bucket (the bit pattern of a non-negative double is monotone in
