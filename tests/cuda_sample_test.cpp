@@ -82,6 +82,12 @@ class CudaSample : public ::testing::Test {
     }
     const cuda::CallInfo info = cuda::last_call(b);
     EXPECT_TRUE(info.sampled_on_device) << what;
+    // Without the logits the host waits on the sampling kernels' done flag instead of the stream.
+    ForwardRequest plain = req;
+    plain.want_logits = false;
+    ForwardOutput again;
+    b.forward(hidden.data(), T, plain, again);
+    EXPECT_EQ(again.sampled, out.sampled) << what << " (polled)";
     return info.sampled_on_host;
   }
 };

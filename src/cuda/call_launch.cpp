@@ -133,7 +133,7 @@ void record_call(const Shape& s, const CallTarget& c) {
   hp.done_counter = b.counters.get();
   hp.tile_counter = b.counters.get() + 1;
   hp.call_seq = b.counters.get() + 2;
-  hp.done_flag = b.done_flag.device();
+  hp.done_flag = s.sample ? nullptr : b.done_flag.device();  // sampling: its kernels write the flag
   hp.results = b.results.device();
   hp.max_out = b.max_out.get();
   hp.stream_weights = w.lanes();
@@ -167,6 +167,8 @@ void record_call(const Shape& s, const CallTarget& c) {
     sp.candidates = b.sample_candidates.get();
     sp.sampled = b.sampled.device();
     sp.status = b.sample_status.device();
+    sp.done_flag = b.done_flag.device();
+    sp.call_seq = b.counters.get() + 2;
     sp.vocab = int(V);
     sp.T = s.T;
     sp.max_kernel = s.sample_max ? 1 : 0;

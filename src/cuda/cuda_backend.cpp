@@ -130,10 +130,11 @@ class CudaBackend final : public Backend {
     // One graph replay per call, timed by events around it (and, with stage events, by event
     // nodes between its stages). The first call of a shape runs directly (it also sets the
     // kernels' attributes), then its graph is captured for the next calls.
-    // Nothing after the head kernel: wait on its done flag, and skip the timing events.
+    // Nothing after the head kernel (or the sampling kernels, which write the flag then): wait on
+    // the done flag, and skip the timing events.
     const TestHooks& hooks = tuning_.hooks;
     const bool poll = hooks.poll_done && !req.want_stage_times && !hooks.check_guards && shape.k == 0 &&
-                      !shape.logprobs && !shape.logits && !shape.stages && !shape.sample;
+                      !shape.logprobs && !shape.logits && !shape.stages;
     const unsigned flag_before = __atomic_load_n(buffers_->done_flag.host(), __ATOMIC_ACQUIRE);
     if (!poll) record_event(kCallStart);
     last_.graph_replayed = hooks.use_graph && graphs_->replay(key);
@@ -297,7 +298,9 @@ class CudaBackend final : public Backend {
       if (status == kSampleNothingAllowed)
         throw Error("no token can be sampled: the allowed-token mask (or NaN logits) excludes every id");
       std::vector<float> row(V);
-      CUDA_CHECK(cudaMemcpy(row.data(), buffers_->logits + size_t(t) * V, V * 4, cudaMemcpyDeviceToHost));
+      // On the backend's stream: a polled call's flag can precede the stream's completion.
+      CUDA_CHECK(cudaMemcpyAsync(row.data(), buffers_->logits + size_t(t) * V, V * 4, cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
       const uint32_t* mask = req.sample_mask == nullptr ? nullptr : req.sample_mask + size_t(t) * req.sample_mask_stride;
       out.sampled[size_t(t)] = sample::sample_token(row.data(), int64_t(V), o, mask, req.sample_position + t);
       ++last_.sampled_on_host;
@@ -359,7 +362,7 @@ class CudaBackend final : public Backend {
         const cudaError_t e = cudaStreamQuery(stream_);
         if (e == cudaSuccess) {
           if (changed()) return;
-          throw Error("the head kernel finished without writing its done flag");
+          throw Error("the call's last kernel finished without writing its done flag");
         }
         if (e != cudaErrorNotReady) CUDA_CHECK(e);
       }

@@ -209,6 +209,7 @@ struct SampleScratch {
   int32_t boundary;               // top-p: the bucket where the mass reaches the target
   uint32_t blocks_done[2];        // the weights and boundary kernels' last-block counters
   uint32_t n_candidates;          // top-p: ids of the boundary bucket appended
+  uint32_t tokens_done;           // token 0's only: tokens whose answer is written (the done flag)
   unsigned long long hist[2048];  // top-p: integer mass per rank bucket (sample::kRankBuckets)
 };
 
@@ -233,6 +234,10 @@ struct SampleParams {
   SampleCandidate* candidates = nullptr;     // [kMaxTokens][kSampleCandidates] (top-p)
   int32_t* sampled = nullptr;           // [kMaxTokens] mapped
   int32_t* status = nullptr;            // [kMaxTokens] mapped, SampleStatus
+  // The call's done flag (mapped) and sequence: written after the last token's answer instead of by
+  // the head kernel, so the host can poll for the sampled tokens.
+  unsigned* done_flag = nullptr;
+  unsigned* call_seq = nullptr;
   int vocab = 0;
   int T = 0;
   int max_kernel = 0;  // bias or mask: the maximum comes from the max kernel, not the head's max_in

@@ -46,7 +46,8 @@ __device__ __forceinline__ Id eval(const SampleParams& p, const SampleCallParams
   const float b = c.has_bias ? __ldg(p.bias + i) : 0.0f;
   bool in = true;
   if (c.has_mask) in = (__ldg(p.mask + size_t(t) * c.mask_stride + (i >> 5)) >> (i & 31)) & 1u;
-  const double z = sample::scaled_logit(x, b, c.temperature);
+  // Dividing by 1 is exact: the common temperature skips the double division's instruction sequence.
+  const double z = c.temperature == 1.0 ? __dadd_rn(double(x), double(b)) : sample::scaled_logit(x, b, c.temperature);
   return Id{z, in && isfinite(z)};
 }
 
@@ -67,6 +68,21 @@ __device__ __forceinline__ Weighed weigh(const SampleParams& p, const SampleCall
 __device__ __forceinline__ u64 warp_sum(u64 v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// bins[bin] += v for every active lane, one shared-memory atomic per distinct bin of the warp:
+// near-flat logits put most of a block's ids into a few buckets, and a select level's candidates
+// into one digit, where lane-by-lane atomics on one address serialize.
+__device__ __forceinline__ void add_to_bin(u64* bins, uint32_t* counts, int bin, u64 v, bool active) {
+  const unsigned lanes = __ballot_sync(0xffffffffu, active);
+  if (!active) return;
+  const unsigned peers = __match_any_sync(lanes, bin);
+  u64 sum = 0;
+  for (unsigned m = peers; m != 0; m &= m - 1) sum += __shfl_sync(peers, v, __ffs(m) - 1);
+  if ((threadIdx.x & 31) == __ffs(peers) - 1) {
+    atomicAdd(&bins[bin], sum);
+    if (counts != nullptr) atomicAdd(&counts[bin], uint32_t(__popc(peers)));
+  }
 }
 
 // Exclusive prefix of v over the block's threads in thread order, and the block's total.
@@ -116,6 +132,18 @@ __device__ void finish(const SampleParams& p, int t, int32_t id, SampleStatus st
   if (threadIdx.x != 0) return;
   p.sampled[t] = id;
   p.status[t] = status;
+}
+
+// Thread 0 of a token's last block, after its answer: the last token to finish raises the call's
+// done flag (the fences put every token's answer in host memory before it).
+__device__ void token_done(const SampleParams& p) {
+  if (threadIdx.x != 0) return;
+  __threadfence_system();
+  if (atomicAdd(&p.scratch[0].tokens_done, 1u) != unsigned(p.T) - 1 || p.done_flag == nullptr) return;
+  const unsigned seq = *p.call_seq + 1;
+  *p.call_seq = seq;
+  __threadfence_system();
+  *reinterpret_cast<volatile unsigned*>(p.done_flag) = seq;
 }
 
 // The draw, by the last block: the target from the token's random bits, the chunk whose mass
@@ -204,10 +232,10 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
   if (valid) {
     for (int j = 0; j < kIdsPerThread; ++j) {
       const int i = chunk * kChunkIds + j * kThreads + threadIdx.x;
-      if (i >= p.vocab) break;
-      const Weighed x = weigh(p, c, t, i, m);
+      Weighed x{0, 0, 0};
+      if (i < p.vocab) x = weigh(p, c, t, i, m);
       sum += x.w;
-      if (p.top_p && x.w != 0) atomicAdd(&hist[x.bucket], x.w);
+      if (p.top_p) add_to_bin(hist, nullptr, x.bucket, x.w, x.w != 0);
     }
   }
   sum = warp_sum(sum);
@@ -227,12 +255,15 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
 
   const u64 total = __ldcg(&s.total);
   if (!valid || total == 0) {
-    // No id takes part (mask, NaN) or the head's maximum is not finite: the host decides.
+    // No id takes part (mask, NaN) or the head's maximum is not finite: the host decides. With
+    // top-p the boundary kernel's last block raises the flag.
     finish(p, t, -1, p.max_kernel && !valid ? kSampleNothingAllowed : kSampleOnHost);
+    if (!p.top_p) token_done(p);
     return;
   }
   if (!p.top_p) {
     draw(p, c, t, m, total, [](int, const Weighed&) { return true; });
+    token_done(p);
     return;
   }
   // Top-p: the first bucket (rank order) where the running mass reaches the target.
@@ -324,21 +355,26 @@ __device__ Threshold weighted_select(const SampleCandidate* cand, int n, u64 res
     const uint32_t pid = s_id;
     for (int d = threadIdx.x; d < 256; d += kThreads) { digit_mass[d] = 0; digit_count[d] = 0; }
     __syncthreads();
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      const u64 k = cand[i].key;
-      const uint32_t id = uint32_t(cand[i].id);
-      int digit;
-      if (level < 8) {
-        const int shift = 56 - 8 * level;
-        if (level > 0 && (k >> (shift + 8)) != (pkey >> (shift + 8))) continue;
-        digit = int((k >> shift) & 0xFF);
-      } else {
-        const int shift = 24 - 8 * (level - 8);
-        if (k != pkey || (level > 8 && (id >> (shift + 8)) != (pid >> (shift + 8)))) continue;
-        digit = int((id >> shift) & 0xFF);
+    for (int base = 0; base < n; base += kThreads) {  // whole warps in every iteration (add_to_bin)
+      const int i = base + threadIdx.x;
+      bool match = i < n;
+      int digit = 0;
+      u64 weight = 0;
+      if (match) {
+        const u64 k = cand[i].key;
+        const uint32_t id = uint32_t(cand[i].id);
+        weight = cand[i].weight;
+        if (level < 8) {
+          const int shift = 56 - 8 * level;
+          match = level == 0 || (k >> (shift + 8)) == (pkey >> (shift + 8));
+          digit = int((k >> shift) & 0xFF);
+        } else {
+          const int shift = 24 - 8 * (level - 8);
+          match = k == pkey && (level == 8 || (id >> (shift + 8)) == (pid >> (shift + 8)));
+          digit = int((id >> shift) & 0xFF);
+        }
       }
-      atomicAdd(&digit_mass[digit], cand[i].weight);
-      atomicAdd(&digit_count[digit], 1u);
+      add_to_bin(digit_mass, digit_count, digit, weight, match);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -388,26 +424,32 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
   SampleScratch& s = p.scratch[t];
   const double m = token_max(p, c, t);
   const u64 total = __ldcg(&s.total);
-  if (!isfinite(m) || total == 0) return;  // the weights kernel reported it
+  const bool valid = isfinite(m) && total != 0;  // else the weights kernel wrote the answer
   const int boundary = __ldcg(&s.boundary);
   SampleCandidate* cands = p.candidates + size_t(t) * kSampleCandidates;
   u64 sum = 0;
+  Weighed x[kIdsPerThread];
+  bool cand[kIdsPerThread];
+  u64 mine = 0;
   for (int j = 0; j < kIdsPerThread; ++j) {
     const int i = chunk * kChunkIds + j * kThreads + threadIdx.x;
-    const bool live = i < p.vocab;
-    Weighed x{0, sample::kRankBuckets, 0};
-    if (live) x = weigh(p, c, t, i, m);
-    if (x.w != 0 && x.bucket < boundary) sum += x.w;
-    const bool cand = x.w != 0 && x.bucket == boundary;
-    // One atomic per warp for its candidates.
-    const unsigned hits = __ballot_sync(0xffffffffu, cand);
-    if (hits == 0) continue;
-    const int lane = threadIdx.x & 31, leader = __ffs(hits) - 1;
-    uint32_t slot = 0;
-    if (lane == leader) slot = atomicAdd(&s.n_candidates, uint32_t(__popc(hits)));
-    slot = __shfl_sync(0xffffffffu, slot, leader) + __popc(hits & ((1u << lane) - 1));
-    if (cand && slot < uint32_t(kSampleCandidates))
-      cands[slot] = SampleCandidate{sample::descending_key(x.z), x.w, i, 0};
+    x[j] = Weighed{0, sample::kRankBuckets, 0};
+    if (valid && i < p.vocab) x[j] = weigh(p, c, t, i, m);
+    if (x[j].w != 0 && x[j].bucket < boundary) sum += x[j].w;
+    cand[j] = x[j].w != 0 && x[j].bucket == boundary;
+    mine += cand[j] ? 1 : 0;
+  }
+  // The block's candidates take one range of the buffer: one global atomic per block.
+  __shared__ uint32_t s_first;
+  u64 block_count;
+  uint32_t slot = uint32_t(block_exclusive_scan(mine, block_count));
+  if (threadIdx.x == 0 && block_count != 0) s_first = atomicAdd(&s.n_candidates, uint32_t(block_count));
+  __syncthreads();
+  for (int j = 0; j < kIdsPerThread; ++j) {
+    if (!cand[j]) continue;
+    const uint32_t at = s_first + slot++;
+    if (at < uint32_t(kSampleCandidates))
+      cands[at] = SampleCandidate{sample::descending_key(x[j].z), x[j].w, chunk * kChunkIds + j * kThreads + int(threadIdx.x), 0};
   }
   sum = warp_sum(sum);
   __shared__ u64 warp_sums[kThreads / 32];
@@ -419,9 +461,16 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
     p.chunk_mass[size_t(t) * gridDim.x + chunk] = chunk_sum;  // the final set's mass, boundary ids added below
   }
   if (!last_block(s, 1)) return;
-
+  if (!valid) {
+    token_done(p);
+    return;
+  }
   const uint32_t n = __ldcg(&s.n_candidates);
-  if (n > uint32_t(kSampleCandidates)) { finish(p, t, -1, kSampleOnHost); return; }  // more ties than room
+  if (n > uint32_t(kSampleCandidates)) {  // more ids in the boundary bucket than room: the host draws
+    finish(p, t, -1, kSampleOnHost);
+    token_done(p);
+    return;
+  }
   const Threshold th = weighted_select(cands, int(n), __ldcg(&s.rest));
   // The boundary ids at or before the threshold join the final set's chunk masses.
   u64 joined = 0;
@@ -439,6 +488,7 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
   draw(p, c, t, m, final_total, [&](int i, const Weighed& x) {
     return x.w != 0 && (x.bucket < boundary || (x.bucket == boundary && at_or_before(sample::descending_key(x.z), uint32_t(i), th)));
   });
+  token_done(p);
 }
 
 }  // namespace
