@@ -144,8 +144,8 @@ Round2 round2(const Cut& cut, int64_t begin, int64_t end, Scratch& s, bool top_p
   return r;
 }
 
-// Round 3 of a range, top-p only: its kept ids of the boundary bucket, as (rank key, id, W), in
-// no particular order (the merge selects the boundary without sorting them).
+// A kept id of the boundary bucket as it travels in round 3: (rank key, id, W). The ranges send
+// them in no particular order; the merge selects the boundary without sorting them.
 struct Boundary {
   uint64_t key;
   int32_t id;

@@ -41,6 +41,7 @@ Verdict verify(const float* logits, int64_t V, std::span<const int32_t> draft, c
       ++v.accepted;
       continue;
     }
+    // p_i = W_i / S' with the sampler's integer weights: the same distribution run() draws from.
     const Weights w = kept_weights(logits + size_t(j) * size_t(V), V, o, mask);
     const float* qj = q.data() + size_t(j) * size_t(V);
     const double p_d = w.weight[size_t(d)] / w.total;
@@ -54,6 +55,9 @@ Verdict verify(const float* logits, int64_t V, std::span<const int32_t> draft, c
     }
     std::vector<double> residual(static_cast<size_t>(V));
     for (int64_t i = 0; i < V; ++i) residual[size_t(i)] = std::max(0.0, w.weight[size_t(i)] / w.total - double(qj[i]));
+    // max(0, p - q) is not an integer weight (q is the caller's floats), so the residual draw
+    // stays a double inverse CDF in id order (chunked sums, sampler.hpp): it runs once per
+    // rejection on the host, where no split has to reproduce it.
     const double ur = uniform(o.seed, position, Stream::residual);
     int32_t tok = inverse_cdf(residual.data(), V, ur);
     // p <= q everywhere (so p = q where it matters) makes a rejection impossible in exact
