@@ -211,13 +211,17 @@ struct SampleScratch {
   uint32_t n_candidates;          // top-p: ids of the boundary bucket appended
   uint32_t tokens_done;           // token 0's only: tokens whose answer is written (the done flag)
   unsigned long long hist[2048];  // top-p: integer mass per rank bucket (sample::kRankBuckets)
+  // top-p: the boundary bucket's mass and ids per fine bin (the next 10 bits of max - z), so that
+  // its last block orders only the few ids of one fine bin
+  unsigned long long fine_mass[1024];
+  uint32_t fine_count[1024];
 };
 
 struct SampleCandidate {
   unsigned long long key;  // sample::descending_key(z)
   unsigned long long weight;
   int32_t id;
-  int32_t pad;
+  int32_t fine;  // its fine bin
 };
 
 // What the last block writes per token (mapped host memory).

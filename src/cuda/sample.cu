@@ -21,12 +21,33 @@
 namespace lmhead::cuda {
 namespace {
 
+using u64 = unsigned long long;
+
 constexpr int kThreads = 256;
-constexpr int kChunkIds = 512;  // sample::kChunk: two ids per thread
+constexpr int kChunkIds = 512;  // sample::kChunk: two ids per thread in the draw's walk
 constexpr int kIdsPerThread = kChunkIds / kThreads;
+// A block of the per-id kernels covers four chunks (8 ids per thread): one wave of blocks up to
+// T = 8 on the H200 at the Muse vocabulary, and more independent loads per thread in flight.
+constexpr int kChunksPerBlock = 4;
+constexpr int kFineBins = 1024;
+constexpr int kFewCandidates = 512;  // ids of one fine bin the last block orders directly
+static_assert(sizeof(SampleScratch::fine_mass) / 8 == kFineBins, "one mass per fine bin");
+
+// The id of slot (q, k) of this thread: chunk q of the block, k-th of its ids in that chunk.
+__device__ __forceinline__ int slot_id(int q, int k) {
+  return (blockIdx.x * kChunksPerBlock + q) * kChunkIds + k * kThreads + int(threadIdx.x);
+}
+
+// The fine bin of d inside its rank bucket: the next 10 bits of d's pattern (monotone in d, like
+// the bucket). Bucket 0's d <= 2^-20 all take bin 0, before the rest of that bucket.
+__device__ __forceinline__ int fine_bin(double d) {
+  const u64 bits = static_cast<u64>(__double_as_longlong(d));
+  constexpr u64 kBase = 0x3EB0000000000000ull;  // 2^-20, as sample::rank_bucket
+  if (bits <= kBase) return 0;
+  return int(((bits - kBase) >> 36) & (kFineBins - 1));
+}
 static_assert(sizeof(SampleScratch::hist) / 8 == sample::kRankBuckets, "one mass per rank bucket");
 
-using u64 = unsigned long long;
 
 __device__ __forceinline__ u64 ordered_key(double z) {  // larger z, larger key; never 0 for a finite z
   return ~sample::descending_key(z);
@@ -204,23 +225,46 @@ __device__ void draw(const SampleParams& p, const SampleCallParams& c, int t, do
   finish(p, t, s_found, s_found >= 0 ? kSampled : kSampleOnHost);
 }
 
+// The block's four chunk masses into chunk_mass (chunks past the vocabulary skipped); returns their
+// sum in thread 0.
+__device__ u64 store_chunk_masses(const u64 (&part)[kChunksPerBlock], u64* chunk_mass, int chunks) {
+  __shared__ u64 sums[kChunksPerBlock][kThreads / 32];
+  for (int q = 0; q < kChunksPerBlock; ++q) {
+    const u64 v = warp_sum(part[q]);
+    if ((threadIdx.x & 31) == 0) sums[q][threadIdx.x >> 5] = v;
+  }
+  __syncthreads();
+  u64 total = 0;
+  if (threadIdx.x == 0)
+    for (int q = 0; q < kChunksPerBlock; ++q) {
+      u64 m = 0;
+      for (int w = 0; w < kThreads / 32; ++w) m += sums[q][w];
+      const int chunk = blockIdx.x * kChunksPerBlock + q;
+      if (chunk < chunks) chunk_mass[chunk] = m;
+      total += m;
+    }
+  return total;
+}
+
 __global__ void __launch_bounds__(kThreads) sample_max_kernel(const SampleParams p) {
   const int t = blockIdx.y;
   const SampleCallParams c = *p.call;
   u64 best = 0;
-  for (int j = 0; j < kIdsPerThread; ++j) {
-    const int i = blockIdx.x * kChunkIds + j * kThreads + threadIdx.x;
-    if (i >= p.vocab) break;
-    const Id e = eval(p, c, t, i);
-    if (e.in) best = max(best, ordered_key(e.z));
-  }
+  for (int q = 0; q < kChunksPerBlock; ++q)
+    for (int k = 0; k < kIdsPerThread; ++k) {
+      const int i = slot_id(q, k);
+      if (i >= p.vocab) continue;
+      const Id e = eval(p, c, t, i);
+      if (e.in) best = max(best, ordered_key(e.z));
+    }
   for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
   if ((threadIdx.x & 31) == 0 && best != 0) atomicMax(&p.scratch[t].max_key, best);
 }
 
 __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SampleParams p) {
   __shared__ u64 hist[sample::kRankBuckets];
-  const int t = blockIdx.y, chunk = blockIdx.x;
+  const int t = blockIdx.y;
+  const int chunks = (p.vocab + kChunkIds - 1) / kChunkIds;
   const SampleCallParams c = *p.call;
   SampleScratch& s = p.scratch[t];
   const double m = token_max(p, c, t);
@@ -228,26 +272,26 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
   if (p.top_p)
     for (int b = threadIdx.x; b < sample::kRankBuckets; b += kThreads) hist[b] = 0;
   __syncthreads();
-  u64 sum = 0;
+  u64 part[kChunksPerBlock] = {};
   if (valid) {
-    for (int j = 0; j < kIdsPerThread; ++j) {
-      const int i = chunk * kChunkIds + j * kThreads + threadIdx.x;
-      Weighed x{0, 0, 0};
-      if (i < p.vocab) x = weigh(p, c, t, i, m);
-      sum += x.w;
-      if (p.top_p) add_to_bin(hist, nullptr, x.bucket, x.w, x.w != 0);
-    }
+    Weighed x[kChunksPerBlock][kIdsPerThread];
+#pragma unroll
+    for (int q = 0; q < kChunksPerBlock; ++q)
+#pragma unroll
+      for (int k = 0; k < kIdsPerThread; ++k) {
+        const int i = slot_id(q, k);
+        x[q][k] = Weighed{0, 0, 0};
+        if (i < p.vocab) x[q][k] = weigh(p, c, t, i, m);
+        part[q] += x[q][k].w;
+      }
+    if (p.top_p)
+#pragma unroll
+      for (int q = 0; q < kChunksPerBlock; ++q)
+#pragma unroll
+        for (int k = 0; k < kIdsPerThread; ++k) add_to_bin(hist, nullptr, x[q][k].bucket, x[q][k].w, x[q][k].w != 0);
   }
-  sum = warp_sum(sum);
-  __shared__ u64 warp_sums[kThreads / 32];
-  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    u64 chunk_sum = 0;
-    for (int w = 0; w < kThreads / 32; ++w) chunk_sum += warp_sums[w];
-    p.chunk_mass[size_t(t) * gridDim.x + chunk] = chunk_sum;
-    if (chunk_sum != 0) atomicAdd(&s.total, chunk_sum);
-  }
+  const u64 block_mass = store_chunk_masses(part, p.chunk_mass + size_t(t) * chunks, chunks);
+  if (threadIdx.x == 0 && block_mass != 0) atomicAdd(&s.total, block_mass);
   if (p.top_p)
     for (int b = threadIdx.x; b < sample::kRankBuckets; b += kThreads)
       if (hist[b] != 0) atomicAdd(&s.hist[b], hist[b]);
@@ -418,8 +462,36 @@ __device__ __forceinline__ bool at_or_before(u64 key, uint32_t id, const Thresho
   return key < th.key || (key == th.key && id <= th.id);
 }
 
+// The threshold among the candidates of one fine bin, few enough to hold in shared memory: each
+// candidate's mass before it (rank order) by a loop over the others; the one whose mass crosses
+// `rest` is the threshold. Integer sums: the loop order does not matter.
+__device__ Threshold select_in_fine_bin(const SampleCandidate* cand, int n, int fine, u64 rest) {
+  __shared__ SampleCandidate few[kFewCandidates];
+  __shared__ uint32_t s_few;
+  __shared__ Threshold s_th;
+  if (threadIdx.x == 0) {
+    s_few = 0;
+    s_th = Threshold{0, 0};  // replaced below: some candidate's mass always crosses rest
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += kThreads)
+    if (cand[i].fine == fine) few[atomicAdd(&s_few, 1u)] = cand[i];
+  __syncthreads();
+  const int m = int(s_few);
+  for (int i = threadIdx.x; i < m; i += kThreads) {
+    const SampleCandidate x = few[i];
+    u64 before = 0;
+    for (int j = 0; j < m; ++j)
+      if (few[j].key < x.key || (few[j].key == x.key && few[j].id < x.id)) before += few[j].weight;
+    if (before < rest && rest <= before + x.weight) s_th = Threshold{x.key, uint32_t(x.id)};
+  }
+  __syncthreads();
+  return s_th;
+}
+
 __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleParams p) {
-  const int t = blockIdx.y, chunk = blockIdx.x;
+  const int t = blockIdx.y;
+  const int chunks = (p.vocab + kChunkIds - 1) / kChunkIds;
   const SampleCallParams c = *p.call;
   SampleScratch& s = p.scratch[t];
   const double m = token_max(p, c, t);
@@ -427,39 +499,39 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
   const bool valid = isfinite(m) && total != 0;  // else the weights kernel wrote the answer
   const int boundary = __ldcg(&s.boundary);
   SampleCandidate* cands = p.candidates + size_t(t) * kSampleCandidates;
-  u64 sum = 0;
-  Weighed x[kIdsPerThread];
-  bool cand[kIdsPerThread];
+  u64 part[kChunksPerBlock] = {};
+  Weighed x[kChunksPerBlock][kIdsPerThread];
   u64 mine = 0;
-  for (int j = 0; j < kIdsPerThread; ++j) {
-    const int i = chunk * kChunkIds + j * kThreads + threadIdx.x;
-    x[j] = Weighed{0, sample::kRankBuckets, 0};
-    if (valid && i < p.vocab) x[j] = weigh(p, c, t, i, m);
-    if (x[j].w != 0 && x[j].bucket < boundary) sum += x[j].w;
-    cand[j] = x[j].w != 0 && x[j].bucket == boundary;
-    mine += cand[j] ? 1 : 0;
-  }
+#pragma unroll
+  for (int q = 0; q < kChunksPerBlock; ++q)
+#pragma unroll
+    for (int k = 0; k < kIdsPerThread; ++k) {
+      const int i = slot_id(q, k);
+      x[q][k] = Weighed{0, sample::kRankBuckets, 0};
+      if (valid && i < p.vocab) x[q][k] = weigh(p, c, t, i, m);
+      if (x[q][k].w != 0 && x[q][k].bucket < boundary) part[q] += x[q][k].w;
+      mine += x[q][k].w != 0 && x[q][k].bucket == boundary ? 1 : 0;
+    }
   // The block's candidates take one range of the buffer: one global atomic per block.
   __shared__ uint32_t s_first;
   u64 block_count;
   uint32_t slot = uint32_t(block_exclusive_scan(mine, block_count));
   if (threadIdx.x == 0 && block_count != 0) s_first = atomicAdd(&s.n_candidates, uint32_t(block_count));
   __syncthreads();
-  for (int j = 0; j < kIdsPerThread; ++j) {
-    if (!cand[j]) continue;
-    const uint32_t at = s_first + slot++;
-    if (at < uint32_t(kSampleCandidates))
-      cands[at] = SampleCandidate{sample::descending_key(x[j].z), x[j].w, chunk * kChunkIds + j * kThreads + int(threadIdx.x), 0};
-  }
-  sum = warp_sum(sum);
-  __shared__ u64 warp_sums[kThreads / 32];
-  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    u64 chunk_sum = 0;
-    for (int w = 0; w < kThreads / 32; ++w) chunk_sum += warp_sums[w];
-    p.chunk_mass[size_t(t) * gridDim.x + chunk] = chunk_sum;  // the final set's mass, boundary ids added below
-  }
+#pragma unroll
+  for (int q = 0; q < kChunksPerBlock; ++q)
+#pragma unroll
+    for (int k = 0; k < kIdsPerThread; ++k) {
+      const Weighed& w = x[q][k];
+      if (w.w == 0 || w.bucket != boundary) continue;
+      const int fine = fine_bin(__dadd_rn(m, -w.z));
+      atomicAdd(&s.fine_mass[fine], w.w);
+      atomicAdd(&s.fine_count[fine], 1u);
+      const uint32_t at = s_first + slot++;
+      if (at < uint32_t(kSampleCandidates)) cands[at] = SampleCandidate{sample::descending_key(w.z), w.w, slot_id(q, k), fine};
+    }
+  // The final set's chunk masses; the boundary ids at or before the threshold are added below.
+  store_chunk_masses(part, p.chunk_mass + size_t(t) * chunks, chunks);
   if (!last_block(s, 1)) return;
   if (!valid) {
     token_done(p);
@@ -471,22 +543,41 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
     token_done(p);
     return;
   }
-  const Threshold th = weighted_select(cands, int(n), __ldcg(&s.rest));
+  // The fine bin where the boundary bucket's mass reaches the rest of the target.
+  __shared__ int s_fine;
+  __shared__ u64 s_rest;
+  const u64 rest = __ldcg(&s.rest);
+  constexpr int kPer = kFineBins / kThreads;
+  u64 fine_mine = 0;
+  for (int b = 0; b < kPer; ++b) fine_mine += __ldcg(&s.fine_mass[threadIdx.x * kPer + b]);
+  u64 all;
+  u64 before = block_exclusive_scan(fine_mine, all);
+  if (before < rest && rest <= before + fine_mine)
+    for (int b = threadIdx.x * kPer; b < (threadIdx.x + 1) * kPer; ++b) {
+      const u64 h = __ldcg(&s.fine_mass[b]);
+      if (rest <= before + h) { s_fine = b; s_rest = rest - before; break; }
+      before += h;
+    }
+  __syncthreads();
+  const int fine = s_fine;
+  const Threshold th = __ldcg(&s.fine_count[fine]) <= uint32_t(kFewCandidates)
+                           ? select_in_fine_bin(cands, int(n), fine, s_rest)
+                           : weighted_select(cands, int(n), rest);  // many exact ties: the radix walk
   // The boundary ids at or before the threshold join the final set's chunk masses.
   u64 joined = 0;
   for (int k = threadIdx.x; k < int(n); k += kThreads) {
-    const SampleCandidate& x = cands[k];
-    if (!at_or_before(x.key, uint32_t(x.id), th)) continue;
-    atomicAdd(p.chunk_mass + size_t(t) * gridDim.x + x.id / kChunkIds, x.weight);
-    joined += x.weight;
+    const SampleCandidate& cand = cands[k];
+    if (!at_or_before(cand.key, uint32_t(cand.id), th)) continue;
+    atomicAdd(p.chunk_mass + size_t(t) * chunks + cand.id / kChunkIds, cand.weight);
+    joined += cand.weight;
   }
   u64 joined_all;
   block_exclusive_scan(joined, joined_all);
   __threadfence();
   __syncthreads();
   const u64 final_total = __ldcg(&s.mass_below) + joined_all;
-  draw(p, c, t, m, final_total, [&](int i, const Weighed& x) {
-    return x.w != 0 && (x.bucket < boundary || (x.bucket == boundary && at_or_before(sample::descending_key(x.z), uint32_t(i), th)));
+  draw(p, c, t, m, final_total, [&](int i, const Weighed& w) {
+    return w.w != 0 && (w.bucket < boundary || (w.bucket == boundary && at_or_before(sample::descending_key(w.z), uint32_t(i), th)));
   });
   token_done(p);
 }
@@ -494,7 +585,8 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
 }  // namespace
 
 void launch_sample(const SampleParams& p, cudaStream_t stream) {
-  const dim3 grid(unsigned((p.vocab + kChunkIds - 1) / kChunkIds), unsigned(p.T));
+  const int chunks = (p.vocab + kChunkIds - 1) / kChunkIds;
+  const dim3 grid(unsigned((chunks + kChunksPerBlock - 1) / kChunksPerBlock), unsigned(p.T));
   if (p.max_kernel) {
     sample_max_kernel<<<grid, kThreads, 0, stream>>>(p);
     CUDA_CHECK(cudaGetLastError());
