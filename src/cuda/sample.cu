@@ -26,9 +26,10 @@ using u64 = unsigned long long;
 constexpr int kThreads = 256;
 constexpr int kChunkIds = 512;  // sample::kChunk: two ids per thread in the draw's walk
 constexpr int kIdsPerThread = kChunkIds / kThreads;
-// A block of the per-id kernels covers four chunks (8 ids per thread): one wave of blocks up to
-// T = 8 on the H200 at the Muse vocabulary, and more independent loads per thread in flight.
-constexpr int kChunksPerBlock = 4;
+// Chunks per block of the per-id kernels. One (two ids per thread): at T = 1 the kernels are
+// latency-bound and want every SM busy; four (one wave at T = 8) measured 17 us against 13 at T = 1
+// and the same at T = 8 (docs/performance.md).
+constexpr int kChunksPerBlock = 1;
 constexpr int kFineBins = 1024;
 constexpr int kFewCandidates = 512;  // ids of one fine bin the last block orders directly
 static_assert(sizeof(SampleScratch::fine_mass) / 8 == kFineBins, "one mass per fine bin");
@@ -78,12 +79,13 @@ struct Weighed {
   int bucket;
   double z;
 };
+template <bool kBucket = true>
 __device__ __forceinline__ Weighed weigh(const SampleParams& p, const SampleCallParams& c, int t, int i, double m) {
   const Id e = eval(p, c, t, i);
   if (!e.in) return Weighed{0, sample::kRankBuckets, e.z};
   const double w = sample::exp(__dadd_rn(e.z, -m));
   if (!sample::passes_min_p(w, c.min_p)) return Weighed{0, sample::kRankBuckets, e.z};
-  return Weighed{sample::integer_weight(w), sample::rank_bucket(__dadd_rn(m, -e.z)), e.z};
+  return Weighed{sample::integer_weight(w), kBucket ? sample::rank_bucket(__dadd_rn(m, -e.z)) : 0, e.z};
 }
 
 __device__ __forceinline__ u64 warp_sum(u64 v) {
@@ -261,6 +263,8 @@ __global__ void __launch_bounds__(kThreads) sample_max_kernel(const SampleParams
   if ((threadIdx.x & 31) == 0 && best != 0) atomicMax(&p.scratch[t].max_key, best);
 }
 
+// kTopP: the per-bucket masses (p.top_p); without them the bucket is never computed.
+template <bool kTopP>
 __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SampleParams p) {
   __shared__ u64 hist[sample::kRankBuckets];
   const int t = blockIdx.y;
@@ -269,7 +273,7 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
   SampleScratch& s = p.scratch[t];
   const double m = token_max(p, c, t);
   const bool valid = isfinite(m);
-  if (p.top_p)
+  if (kTopP)
     for (int b = threadIdx.x; b < sample::kRankBuckets; b += kThreads) hist[b] = 0;
   __syncthreads();
   u64 part[kChunksPerBlock] = {};
@@ -281,10 +285,10 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
       for (int k = 0; k < kIdsPerThread; ++k) {
         const int i = slot_id(q, k);
         x[q][k] = Weighed{0, 0, 0};
-        if (i < p.vocab) x[q][k] = weigh(p, c, t, i, m);
+        if (i < p.vocab) x[q][k] = weigh<kTopP>(p, c, t, i, m);
         part[q] += x[q][k].w;
       }
-    if (p.top_p)
+    if (kTopP)
 #pragma unroll
       for (int q = 0; q < kChunksPerBlock; ++q)
 #pragma unroll
@@ -292,7 +296,7 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
   }
   const u64 block_mass = store_chunk_masses(part, p.chunk_mass + size_t(t) * chunks, chunks);
   if (threadIdx.x == 0 && block_mass != 0) atomicAdd(&s.total, block_mass);
-  if (p.top_p)
+  if (kTopP)
     for (int b = threadIdx.x; b < sample::kRankBuckets; b += kThreads)
       if (hist[b] != 0) atomicAdd(&s.hist[b], hist[b]);
   if (!last_block(s, 0)) return;
@@ -302,10 +306,10 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
     // No id takes part (mask, NaN) or the head's maximum is not finite: the host decides. With
     // top-p the boundary kernel's last block raises the flag.
     finish(p, t, -1, p.max_kernel && !valid ? kSampleNothingAllowed : kSampleOnHost);
-    if (!p.top_p) token_done(p);
+    if (!kTopP) token_done(p);
     return;
   }
-  if (!p.top_p) {
+  if (!kTopP) {
     draw(p, c, t, m, total, [](int, const Weighed&) { return true; });
     token_done(p);
     return;
@@ -591,7 +595,8 @@ void launch_sample(const SampleParams& p, cudaStream_t stream) {
     sample_max_kernel<<<grid, kThreads, 0, stream>>>(p);
     CUDA_CHECK(cudaGetLastError());
   }
-  sample_weights_kernel<<<grid, kThreads, 0, stream>>>(p);
+  if (p.top_p) sample_weights_kernel<true><<<grid, kThreads, 0, stream>>>(p);
+  else sample_weights_kernel<false><<<grid, kThreads, 0, stream>>>(p);
   CUDA_CHECK(cudaGetLastError());
   if (p.top_p) {
     sample_boundary_kernel<<<grid, kThreads, 0, stream>>>(p);
