@@ -173,6 +173,9 @@ void record_call(const Shape& s, const CallTarget& c) {
     sp.T = s.T;
     sp.max_kernel = s.sample_max ? 1 : 0;
     sp.top_p = s.sample_top_p ? 1 : 0;
+    // Right after the head kernel (no select or stage nodes between) the sampling kernels may be
+    // launched before it ends and wait for its memory with griddepcontrol.wait.
+    sp.pdl = s.pdl && s.k == 0 && !s.logprobs ? 1 : 0;
     launch_sample(sp, c.stream);
   }
   if (s.stages && s.cap_mode != kScaleOnly)

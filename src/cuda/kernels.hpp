@@ -246,6 +246,7 @@ struct SampleParams {
   int T = 0;
   int max_kernel = 0;  // bias or mask: the maximum comes from the max kernel, not the head's max_in
   int top_p = 0;       // the boundary kernel runs
+  int pdl = 0;         // launched as programmatic dependents: each waits for its predecessor's memory itself
 };
 void launch_sample(const SampleParams& p, cudaStream_t stream);
 

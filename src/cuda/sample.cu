@@ -249,6 +249,8 @@ __device__ u64 store_chunk_masses(const u64 (&part)[kChunksPerBlock], u64* chunk
 }
 
 __global__ void __launch_bounds__(kThreads) sample_max_kernel(const SampleParams p) {
+  pdl_launch_dependents();  // the next sampling kernel may take SMs as this one's blocks finish
+  pdl_wait();                // the previous kernel's memory (logits, maximum, scratch) is visible
   const int t = blockIdx.y;
   const SampleCallParams c = *p.call;
   u64 best = 0;
@@ -266,6 +268,8 @@ __global__ void __launch_bounds__(kThreads) sample_max_kernel(const SampleParams
 // kTopP: the per-bucket masses (p.top_p); without them the bucket is never computed.
 template <bool kTopP>
 __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SampleParams p) {
+  pdl_launch_dependents();  // the next sampling kernel may take SMs as this one's blocks finish
+  pdl_wait();                // the previous kernel's memory (logits, maximum, scratch) is visible
   __shared__ u64 hist[sample::kRankBuckets];
   const int t = blockIdx.y;
   const int chunks = (p.vocab + kChunkIds - 1) / kChunkIds;
@@ -494,6 +498,8 @@ __device__ Threshold select_in_fine_bin(const SampleCandidate* cand, int n, int 
 }
 
 __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleParams p) {
+  pdl_launch_dependents();  // the next sampling kernel may take SMs as this one's blocks finish
+  pdl_wait();                // the previous kernel's memory (logits, maximum, scratch) is visible
   const int t = blockIdx.y;
   const int chunks = (p.vocab + kChunkIds - 1) / kChunkIds;
   const SampleCallParams c = *p.call;
@@ -586,22 +592,29 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
   token_done(p);
 }
 
+template <auto Kernel>
+void launch_one(dim3 grid, const SampleParams& p, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = p.pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, Kernel, p));
+}
+
 }  // namespace
 
 void launch_sample(const SampleParams& p, cudaStream_t stream) {
   const int chunks = (p.vocab + kChunkIds - 1) / kChunkIds;
   const dim3 grid(unsigned((chunks + kChunksPerBlock - 1) / kChunksPerBlock), unsigned(p.T));
-  if (p.max_kernel) {
-    sample_max_kernel<<<grid, kThreads, 0, stream>>>(p);
-    CUDA_CHECK(cudaGetLastError());
-  }
-  if (p.top_p) sample_weights_kernel<true><<<grid, kThreads, 0, stream>>>(p);
-  else sample_weights_kernel<false><<<grid, kThreads, 0, stream>>>(p);
-  CUDA_CHECK(cudaGetLastError());
-  if (p.top_p) {
-    sample_boundary_kernel<<<grid, kThreads, 0, stream>>>(p);
-    CUDA_CHECK(cudaGetLastError());
-  }
+  if (p.max_kernel) launch_one<sample_max_kernel>(grid, p, stream);
+  if (p.top_p) launch_one<sample_weights_kernel<true>>(grid, p, stream);
+  else launch_one<sample_weights_kernel<false>>(grid, p, stream);
+  if (p.top_p) launch_one<sample_boundary_kernel>(grid, p, stream);
 }
 
 }  // namespace lmhead::cuda
