@@ -2,13 +2,17 @@
 // against the engine's way of spreading it over a pool.
 //
 //   LMHEAD_SAMPLE_MODEL=/tmp/muse.gguf lmhead_microbench --benchmark_filter='Sample/'
+//   LMHEAD_SAMPLE_MODEL=/tmp/muse.gguf lmhead_microbench --benchmark_filter='SampledCall'
 //
 // Arguments: config (0: temperature 1, 1: temperature 1 + top-p 0.9, 2: + top-k 40), threads
 // (1: sample_token on the calling thread), T (tokens per sample_tokens call). Times are per token.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cpu/thread_pool.hpp"
@@ -74,6 +78,50 @@ BENCHMARK(BM_Sample)
     ->ArgsProduct({{0, 1, 2}, {1, 2}, {1, 8}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// Whole engine calls (2 threads, T tokens), the kinds interleaved call by call so that the VM's
+// drift lands on all of them alike (lmhead bench times one kind after the other): argmax only,
+// the same call returning the logits (what the backend pays for sampling on the host), temperature
+// 1, temperature 1 + top-p 0.9. Counters: each kind's median ms and its ratio to argmax only.
+void BM_SampledCall(benchmark::State& state) {
+  const char* path = std::getenv("LMHEAD_SAMPLE_MODEL");
+  if (path == nullptr) {
+    state.SkipWithError("set LMHEAD_SAMPLE_MODEL to a model file (lmhead make /tmp/muse.gguf)");
+    return;
+  }
+  const int T = int(state.range(0));
+  auto model = Model::open(path);
+  Engine engine(model, {.backend = BackendKind::cpu, .threads = 2});
+  const std::vector<float> hidden = synthetic_hidden_states(T, model->config().hidden, 1234 + T);
+  std::vector<RunOptions> kinds(4);
+  kinds[1].want_logits = true;
+  kinds[2].sampling.temperature = 1.0f;
+  kinds[3].sampling.temperature = 1.0f;
+  kinds[3].sampling.top_p = 0.9f;
+  for (const RunOptions& o : kinds) engine.run(hidden, T, o);  // pages the mapping in
+  std::vector<std::vector<double>> ms(kinds.size());
+  size_t turn = 0;
+  for (auto _ : state) {
+    for (size_t j = 0; j < kinds.size(); ++j) {
+      const size_t k = (turn + j) % kinds.size();  // rotating order: no kind always follows another
+      const auto t0 = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(engine.run(hidden, T, kinds[k]));
+      ms[k].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    ++turn;
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double plain = median(ms[0]);
+  const char* names[] = {"argmax", "logits", "temp", "topp"};
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    state.counters[std::string(names[k]) + "_ms"] = median(ms[k]);
+    if (k > 0) state.counters[std::string(names[k]) + "_x"] = median(ms[k]) / plain;
+  }
+}
+BENCHMARK(BM_SampledCall)->Name("SampledCall")->ArgName("T")->Arg(1)->Arg(8)->Iterations(40)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace lmhead
