@@ -63,8 +63,9 @@ bool parse(std::string_view s, SoftcapRoute& v) { return parse_name(kSoftcapName
 bool parse(std::string_view s, BackendKind& v) { return parse_name(kBackendNames, s, v); }
 
 // The host sampler's threads: as many as the CPU backend's (EngineOptions::threads, 0: every
-// hardware thread). Its own pool, not the backend's: the backend may be sharded or a GPU's, and
-// its pool is idle by the time the logits are sampled, so the two never compete.
+// hardware thread). Its own pool rather than the backend's: a sharded backend holds several pools
+// and a GPU backend none, and the Backend interface lends none. The two pools never compete for
+// the cores: the backend's threads sleep once the logits are out.
 struct Engine::SamplePool {
   explicit SamplePool(int threads) : pool(threads) {
     workers.count = pool.size();
