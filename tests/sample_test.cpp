@@ -19,6 +19,8 @@
 
 #include "io/npy.hpp"
 #include "cpu/kernels.hpp"
+#include "cpu/thread_pool.hpp"
+#include "sample/boundary.hpp"
 #include "sample/exp.hpp"
 #include "sample/row.hpp"
 #include "sample/philox.hpp"
@@ -580,6 +582,140 @@ TEST(SampleSplit, PositionAndSeedAloneKeyTheDraw) {
   EXPECT_NE(a, c);
 }
 
+// ---- the same tokens on threads ------------------------------------------------------------------
+
+// The configs above plus bias, per-token masks and a saturated top-p tie, for T tokens of V ids.
+std::vector<Config> threaded_configs(int64_t V, int tokens, std::vector<uint32_t>& mask_store) {
+  std::vector<Config> v = configs();
+  SamplingOptions b = v[4].o;  // top-p 0.9
+  b.logit_bias = {{0, 4.0f}, {int32_t(V / 2), -30.0f}, {int32_t(V - 1), 2.5f}};
+  const size_t words = size_t((V + 31) / 32);
+  mask_store.assign(words * size_t(tokens), 0xffffffffu);
+  for (int t = 0; t < tokens; ++t)
+    for (size_t w = size_t(t) % 7; w < words; w += 7) mask_store[size_t(t) * words + w] = 0x0f0f0f0fu;
+  b.allowed = mask_store;
+  b.position = 4321;
+  v.push_back({"bias, per-token masks, top-p 0.9", b});
+  SamplingOptions one_mask = v[7].o;  // top-k, top-p and min-p together
+  one_mask.allowed.assign(words, 0xffff0000u);
+  v.push_back({"one mask for every token, top-k 50, top-p 0.8, min-p 0.02", one_mask});
+  SamplingOptions greedy;
+  greedy.logit_bias = {{3, 1.0f}};
+  v.push_back({"greedy with a bias", greedy});
+  return v;
+}
+
+TEST(SampleThreads, ThreadedSamplerDrawsTheSerialTokensFor1To8Threads) {
+  const int64_t V = 5000;  // 10 chunks: up to 8 ranges of the vocabulary, one per worker
+  const int T = 20;
+  std::vector<float> x;
+  for (int t = 0; t < T; ++t) {
+    const std::vector<float> row = test_logits(V);
+    // Rows differ (a rotation per token), so a token sampled from the wrong row would show.
+    x.insert(x.end(), row.begin() + t * 37, row.end());
+    x.insert(x.end(), row.begin(), row.begin() + t * 37);
+  }
+  std::vector<uint32_t> masks;
+  for (const Config& c : threaded_configs(V, T, masks)) {
+    std::vector<int32_t> serial(T);
+    for (int t = 0; t < T; ++t)
+      serial[size_t(t)] = sample::sample_token(x.data() + size_t(t) * size_t(V), V, c.o, sample::mask_row(c.o, V, t),
+                                               c.o.position + t);
+    for (int threads = 1; threads <= 8; ++threads) {
+      cpu::ThreadPool pool(threads);
+      sample::Workers workers{pool.size(), [&](const std::function<void(int)>& task) { pool.run(task); }};
+      // T = 20: whole tokens on the workers, the remainder split over the vocabulary; T = 1: split.
+      std::vector<int32_t> got(T, -1);
+      sample::sample_tokens(x.data(), V, T, c.o, 0, got.data(), &workers);
+      EXPECT_EQ(got, serial) << c.name << ", " << threads << " threads, T " << T;
+      for (int t : {0, 13}) {
+        int32_t one = -1;
+        sample::sample_tokens(x.data() + size_t(t) * size_t(V), V, 1, c.o, t, &one, &workers);
+        EXPECT_EQ(one, serial[size_t(t)]) << c.name << ", " << threads << " threads, T 1, token " << t;
+      }
+      // Explicit ranges, more than workers (a worker takes several), chunk-unaligned.
+      const int64_t b[] = {0, 1, 700, 1999, 2500, 2501, 3333, 4000, 4999, V};
+      EXPECT_EQ(sample::sample_token(x.data(), V, c.o, sample::mask_row(c.o, V, 0), c.o.position, b, &workers),
+                serial[0])
+          << c.name << ", " << threads << " threads, explicit ranges";
+    }
+  }
+}
+
+TEST(SampleThreads, AnExcludedRowIsRefusedOnThreads) {
+  const int64_t V = 5000;
+  const std::vector<float> x = test_logits(V);
+  SamplingOptions o = configs()[4].o;
+  o.allowed.assign(size_t((V + 31) / 32), 0u);
+  cpu::ThreadPool pool(3);
+  sample::Workers workers{pool.size(), [&](const std::function<void(int)>& task) { pool.run(task); }};
+  int32_t out = -1;
+  try {
+    sample::sample_tokens(x.data(), V, 1, o, 0, &out, &workers);
+    FAIL() << "a row with every id masked out was sampled: " << out;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no token can be sampled"), std::string::npos) << e.what();
+  }
+  // Whole tokens on the workers (T = 3 on 3 threads): the worker's error comes back here.
+  std::vector<float> rows;
+  for (int t = 0; t < 3; ++t) rows.insert(rows.end(), x.begin(), x.end());
+  std::vector<int32_t> three(3, -1);
+  EXPECT_THROW(sample::sample_tokens(rows.data(), V, 3, o, 0, three.data(), &workers), Error);
+}
+
+// ---- the top-p boundary's selection ---------------------------------------------------------------
+
+// The reference: sort, then add in rank order.
+size_t boundary_by_sort(std::vector<sample::Boundary> c, uint64_t before, uint64_t target, sample::Boundary& at) {
+  std::sort(c.begin(), c.end(), sample::boundary_before);
+  for (size_t j = 0; j < c.size(); ++j)
+    if ((before += c[j].w) >= target) { at = c[j]; return j; }
+  return c.size();
+}
+
+TEST(SampleBoundarySelect, EqualsTheSortOnOrdersThatDefeatPivots) {
+  std::mt19937_64 rng(16);
+  for (size_t n : {size_t(1), size_t(2), size_t(17), size_t(1000), size_t(50000)}) {
+    std::vector<sample::Boundary> base(n);
+    for (size_t i = 0; i < n; ++i)
+      base[i] = {uint64_t(rng() % (n / 3 + 1)), int32_t(i), 1 + rng() % 1000};  // repeated keys: ties cut by id
+    std::vector<std::pair<std::string, std::vector<sample::Boundary>>> orders;
+    auto sorted = base;
+    std::sort(sorted.begin(), sorted.end(), sample::boundary_before);
+    orders.push_back({"sorted", sorted});
+    orders.push_back({"reversed", {sorted.rbegin(), sorted.rend()}});
+    std::vector<sample::Boundary> organ;  // up then down: median-of-3 pivots stay near the ends
+    for (size_t i = 0; i < n; i += 2) organ.push_back(sorted[i]);
+    for (size_t i = n - 1 - (n % 2 == 0 ? 0 : 1); i < n; i -= 2) organ.push_back(sorted[i]);
+    orders.push_back({"organ pipe", organ});
+    auto shuffled = base;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    orders.push_back({"shuffled", shuffled});
+    uint64_t total = 0;
+    for (const auto& b : base) total += b.w;
+    for (auto& [name, c] : orders) {
+      ASSERT_EQ(c.size(), n) << name;
+      for (uint64_t before : {uint64_t(0), uint64_t(12345)})
+        for (double f : {1e-9, 0.3, 0.5, 0.9, 1.0}) {
+          const uint64_t target = before + std::max<uint64_t>(1, uint64_t(f * double(total)));
+          sample::Boundary want{};
+          const size_t rank = boundary_by_sort(c, before, target, want);
+          auto work = c;
+          uint64_t reached = 0;
+          const size_t at = sample::select_boundary(work, before, target, reached);
+          ASSERT_EQ(at, rank) << name << " n " << n;
+          ASSERT_EQ(work[at].id, want.id) << name << " n " << n;
+          uint64_t mass = before;
+          for (size_t j = 0; j <= at; ++j) {
+            ASSERT_FALSE(sample::boundary_before(want, work[j])) << name << ": a later candidate is in front";
+            mass += work[j].w;
+          }
+          ASSERT_EQ(reached, mass) << name;
+        }
+    }
+  }
+}
+
 // ---- the fast sampler against a brute-force reading of numerics.md §9 ----------------------------
 
 // The spec computed the naive way, sharing only weight_math.hpp's per-id functions: every included
@@ -784,6 +920,9 @@ TEST(SampleEngine, SameTokensOnEveryCpuBackendShardCountAndCallSplit) {
     EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::cpu, .threads = 2}, hidden, T, s, T), ref);
     EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::cpu, .threads = 1}, hidden, T, s, 1), ref);
     EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::cpu, .threads = 2, .shards = 3}, hidden, T, s, 7), ref);
+    // The engine's sampling threads: whole tokens (20 per call) and one token split over ranges.
+    EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::cpu, .threads = 3}, hidden, T, s, T), ref);
+    EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::cpu, .threads = 4}, hidden, T, s, 1), ref);
     EXPECT_EQ(sampled_tokens(m.model, {.backend = BackendKind::scalar, .threads = 1, .shards = 2}, hidden, T, s, 3), ref);
   }
 }

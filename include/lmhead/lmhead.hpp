@@ -301,6 +301,9 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   BackendKind backend_kind_ = BackendKind::cpu;
   std::mutex run_mutex_;
+  struct SamplePool;  // threads for the host sampler, made on the first call that samples there
+  std::unique_ptr<SamplePool> sample_pool_;
+  int sample_threads_ = 0;
 };
 
 // The per-token byte bill of numerics.md §10 for this head: each stage's traffic, the figures the

@@ -7,6 +7,7 @@
 #include "backend/backend.hpp"
 #include "backend/input_check.hpp"
 #include "backend/sharding.hpp"
+#include "cpu/thread_pool.hpp"
 #include "model/resources.hpp"
 #include "sample/sampler.hpp"
 #include "sample/verify.hpp"
@@ -61,8 +62,21 @@ bool parse(std::string_view s, ActivationRoute& v) { return parse_name(kActivati
 bool parse(std::string_view s, SoftcapRoute& v) { return parse_name(kSoftcapNames, s, v); }
 bool parse(std::string_view s, BackendKind& v) { return parse_name(kBackendNames, s, v); }
 
+// The host sampler's threads: as many as the CPU backend's (EngineOptions::threads, 0: every
+// hardware thread). Its own pool rather than the backend's: a sharded backend holds several pools
+// and a GPU backend none, and the Backend interface lends none. The two pools never compete for
+// the cores: the backend's threads sleep once the logits are out.
+struct Engine::SamplePool {
+  explicit SamplePool(int threads) : pool(threads) {
+    workers.count = pool.size();
+    workers.run = [this](const std::function<void(int)>& task) { pool.run(task); };
+  }
+  cpu::ThreadPool pool;
+  sample::Workers workers;
+};
+
 Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& options)
-    : model_(std::move(model)), backend_kind_(options.backend) {
+    : model_(std::move(model)), backend_kind_(options.backend), sample_threads_(options.threads) {
   if (!model_) throw Error("Engine needs a model");
   HeadView head = head_view(*model_);
   head.cuda_second_layout = options.cuda_second_layout;
@@ -201,6 +215,13 @@ RunResult Engine::run_rows(const float* hidden, int tokens, const RunOptions& op
       req.sample_mask = sample::mask_row(options.sampling, c.vocab, first);
     }
     backend_->forward(hidden + static_cast<size_t>(first) * c.hidden, n, req, out);
+    std::vector<int32_t> sampled;
+    if (sample_from_logits) {
+      if (!sample_pool_) sample_pool_ = std::make_unique<SamplePool>(sample_threads_);
+      sampled.resize(size_t(n));
+      sample::sample_tokens(out.logits.data(), c.vocab, n, options.sampling, first, sampled.data(),
+                            &sample_pool_->workers);
+    }
     for (int t = 0; t < n; ++t) {
       const select::TokenSummary& s = out.summaries.at(t);
       TokenChoice choice;
@@ -211,12 +232,7 @@ RunResult Engine::run_rows(const float* hidden, int tokens, const RunOptions& op
       choice.top = s.top;
       choice.sampled = s.argmax;
       if (backend_samples) choice.sampled = out.sampled.at(t);
-      if (sample_from_logits) {
-        const int global = first + t;
-        choice.sampled = sample::sample_token(out.logits.data() + size_t(t) * size_t(c.vocab), c.vocab,
-                                              options.sampling, sample::mask_row(options.sampling, c.vocab, global),
-                                              options.sampling.position + global);
-      }
+      if (sample_from_logits) choice.sampled = sampled[size_t(t)];
       if (options.logprobs) {
         const double se = out.sum_exp.at(t);
         choice.logprob = select::logprob(s.max, s.max, se);

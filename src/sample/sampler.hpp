@@ -6,6 +6,7 @@
 // Every sum is of integer weights, exact in any order, so the token drawn is the same for every
 // split of the vocabulary.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -27,11 +28,27 @@ bool needs_logits(const SamplingOptions& o);
 // The mask row of token t (nullptr: all allowed).
 const uint32_t* mask_row(const SamplingOptions& o, int64_t vocab, int t);
 
+// Threads lent by the caller (the engine's pool), so that src/sample owns none: run(task) calls
+// task(w) for every w in [0, count) concurrently and returns when all are done, rethrowing the
+// first exception. Nothing drawn depends on count: it only sets how the work is spread.
+struct Workers {
+  int count = 1;
+  std::function<void(const std::function<void(int worker)>&)> run;
+};
+
 // One token: its capped logits over ids [0, V), the mask row (or nullptr), its position.
 // `bounds` splits the ids into ranges (ascending and non-empty, from 0 to V) that are summarized
-// apart and merged, as shards would; the result never depends on it.
+// apart and merged, as shards would; the result never depends on it. With workers, each round's
+// ranges run on them (without bounds: one 512-aligned range per worker).
 int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& o, const uint32_t* mask,
-                     int64_t position, std::span<const int64_t> bounds = {});
+                     int64_t position, std::span<const int64_t> bounds = {}, const Workers* workers = nullptr);
+
+// Tokens first .. first + n - 1 of a call (row t of `logits` is token first + t: its mask row and
+// position o.position + first + t), into out[0, n). Whole tokens go to the workers while there
+// are at least as many left as workers; the rest are split over the vocabulary. The same tokens
+// as sample_token one by one, for any workers.
+void sample_tokens(const float* logits, int64_t V, int n, const SamplingOptions& o, int first, int32_t* out,
+                   const Workers* workers = nullptr);
 
 // The distribution the sampler draws from at temperature > 0: each id's integer weight W_i (0
 // outside the final set) and their total S', both exact as doubles (W_i <= 2^40, S' < 2^63 is a
