@@ -258,7 +258,7 @@ class CudaBackend final : public Backend {
     c.position = req.sample_position;
     c.has_bias = o.logit_bias.empty() ? 0 : 1;
     c.has_mask = req.sample_mask != nullptr ? 1 : 0;
-    c.mask_stride = int32_t(req.sample_mask_stride);
+    c.mask_stride = 0;  // one row for every token, unless per-token rows are uploaded below
     if (c.has_bias && o.logit_bias != uploaded_bias_) {
       if (b.sample_bias.size() < V) {
         b.sample_bias.reset(V, stream_);
@@ -278,7 +278,7 @@ class CudaBackend final : public Backend {
       for (size_t r = 0; r < rows; ++r)
         CUDA_CHECK(cudaMemcpyAsync(b.sample_mask.get() + r * words, req.sample_mask + r * req.sample_mask_stride,
                                    words * 4, cudaMemcpyHostToDevice, stream_));
-      c.mask_stride = rows == 1 ? 0 : int32_t(words);
+      if (rows > 1) c.mask_stride = int32_t(words);  // the device's rows are packed
     }
   }
 

@@ -2,7 +2,8 @@
 // How every head kernel is launched: its dynamic shared-memory limit is raised once per device (to
 // what the device allows next to the kernel's static shared memory), then one launch with
 // programmatic dependent launch when asked (the kernel waits for the prep kernel's memory with
-// griddepcontrol.wait, so its weight loads can start while the prep still runs).
+// griddepcontrol.wait, so its weight loads can start while the prep still runs). The sampling
+// kernels use the same launch (launch_maybe_pdl).
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
@@ -25,10 +26,10 @@ void allow_max_dynamic_smem() {
   });
 }
 
-template <auto Kernel>
-void launch_head_kernel(dim3 grid, dim3 block, size_t dynamic_smem, bool pdl, cudaStream_t stream,
-                        const HeadParams& p) {
-  allow_max_dynamic_smem<Kernel>();
+// One launch, as a programmatic dependent of the stream's previous kernel when `pdl` (the kernel
+// then waits for that kernel's memory itself, with griddepcontrol.wait).
+template <auto Kernel, class Params>
+void launch_maybe_pdl(dim3 grid, dim3 block, size_t dynamic_smem, bool pdl, cudaStream_t stream, const Params& p) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -40,6 +41,13 @@ void launch_head_kernel(dim3 grid, dim3 block, size_t dynamic_smem, bool pdl, cu
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, Kernel, p));
+}
+
+template <auto Kernel>
+void launch_head_kernel(dim3 grid, dim3 block, size_t dynamic_smem, bool pdl, cudaStream_t stream,
+                        const HeadParams& p) {
+  allow_max_dynamic_smem<Kernel>();
+  launch_maybe_pdl<Kernel>(grid, block, dynamic_smem, pdl, stream, p);
 }
 
 }  // namespace lmhead::cuda

@@ -7,15 +7,17 @@
 //                                   bucket; its last block draws (no top-p) or finds the bucket
 //                                   where the mass reaches the top-p target;
 //   boundary kernel (top-p)         each chunk's mass of the buckets before the boundary, and the
-//                                   boundary bucket's ids as candidates; its last block orders
-//                                   the candidates just far enough (a weighted radix select on
-//                                   (z descending, id ascending)) and draws.
+//                                   boundary bucket's ids as candidates with their fine bin; its
+//                                   last block orders the one fine bin where the mass crosses (a
+//                                   weighted radix select over all candidates for many exact ties)
+//                                   and draws.
 // The draw: the chunk holding the target from the chunk masses, then that chunk's ids in id order.
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_common.cuh"
 #include "cuda/kernels.hpp"
+#include "cuda/launch.hpp"
 #include "sample/weight_math.hpp"
 
 namespace lmhead::cuda {
@@ -24,31 +26,25 @@ namespace {
 using u64 = unsigned long long;
 
 constexpr int kThreads = 256;
-constexpr int kChunkIds = 512;  // sample::kChunk: two ids per thread in the draw's walk
+// One chunk per block, two ids per thread: at T = 1 the kernels are latency-bound and want every SM
+// busy (four chunks per block measured 17 us against 13 at T = 1, the same at T = 8: performance.md).
+constexpr int kChunkIds = 512;  // sample::kChunk
 constexpr int kIdsPerThread = kChunkIds / kThreads;
-// Chunks per block of the per-id kernels. One (two ids per thread): at T = 1 the kernels are
-// latency-bound and want every SM busy; four (one wave at T = 8) measured 17 us against 13 at T = 1
-// and the same at T = 8 (docs/performance.md).
-constexpr int kChunksPerBlock = 1;
 constexpr int kFineBins = 1024;
 constexpr int kFewCandidates = 512;  // ids of one fine bin the last block orders directly
 static_assert(sizeof(SampleScratch::fine_mass) / 8 == kFineBins, "one mass per fine bin");
 
-// The id of slot (q, k) of this thread: chunk q of the block, k-th of its ids in that chunk.
-__device__ __forceinline__ int slot_id(int q, int k) {
-  return (blockIdx.x * kChunksPerBlock + q) * kChunkIds + k * kThreads + int(threadIdx.x);
-}
+// The k-th id of this thread in its block's chunk.
+__device__ __forceinline__ int chunk_id(int k) { return blockIdx.x * kChunkIds + k * kThreads + int(threadIdx.x); }
 
 // The fine bin of d inside its rank bucket: the next 10 bits of d's pattern (monotone in d, like
 // the bucket). Bucket 0's d <= 2^-20 all take bin 0, before the rest of that bucket.
 __device__ __forceinline__ int fine_bin(double d) {
   const u64 bits = static_cast<u64>(__double_as_longlong(d));
-  constexpr u64 kBase = 0x3EB0000000000000ull;  // 2^-20, as sample::rank_bucket
-  if (bits <= kBase) return 0;
-  return int(((bits - kBase) >> 36) & (kFineBins - 1));
+  if (bits <= sample::kRankBaseBits) return 0;
+  return int(((bits - sample::kRankBaseBits) >> 36) & (kFineBins - 1));
 }
 static_assert(sizeof(SampleScratch::hist) / 8 == sample::kRankBuckets, "one mass per rank bucket");
-
 
 __device__ __forceinline__ u64 ordered_key(double z) {  // larger z, larger key; never 0 for a finite z
   return ~sample::descending_key(z);
@@ -88,11 +84,6 @@ __device__ __forceinline__ Weighed weigh(const SampleParams& p, const SampleCall
   return Weighed{sample::integer_weight(w), kBucket ? sample::rank_bucket(__dadd_rn(m, -e.z)) : 0, e.z};
 }
 
-__device__ __forceinline__ u64 warp_sum(u64 v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // bins[bin] += v for every active lane, one shared-memory atomic per distinct bin of the warp:
 // near-flat logits put most of a block's ids into a few buckets, and a select level's candidates
 // into one digit, where lane-by-lane atomics on one address serialize.
@@ -127,6 +118,47 @@ __device__ u64 block_exclusive_scan(u64 v, u64& total) {
   __syncthreads();  // warp_totals is reused by the next scan
   total = all;
   return before + incl - v;
+}
+
+// The first of n bins (in order) whose running mass exceeds x, and the mass before it, for every
+// thread of the block; bin -1 when the bins' total is x or less. Each thread scans a run of
+// consecutive bins, so the block scan keeps the bins' order.
+struct Crossing {
+  int bin;
+  u64 before;
+};
+__device__ Crossing first_bin_over(const u64* bins, int n, u64 x) {
+  __shared__ Crossing s_cross;
+  const int per = (n + kThreads - 1) / kThreads, first = threadIdx.x * per, last = min(n, first + per);
+  u64 mine = 0;
+  for (int b = first; b < last; ++b) mine += __ldcg(bins + b);
+  if (threadIdx.x == 0) s_cross = Crossing{-1, 0};
+  u64 all;
+  u64 before = block_exclusive_scan(mine, all);  // its barriers publish s_cross's reset
+  if (before <= x && x < before + mine)
+    for (int b = first; b < last; ++b) {
+      const u64 h = __ldcg(bins + b);
+      if (x < before + h) { s_cross = Crossing{b, before}; break; }
+      before += h;
+    }
+  __syncthreads();
+  const Crossing found = s_cross;
+  __syncthreads();  // every thread has it before a next call resets it
+  return found;
+}
+
+// The block's smallest and largest v, in every thread.
+template <class T>
+__device__ void block_min_max(T& lo, T& hi) {
+  __shared__ T s_lo[kThreads / 32], s_hi[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  if ((threadIdx.x & 31) == 0) { s_lo[threadIdx.x >> 5] = lo; s_hi[threadIdx.x >> 5] = hi; }
+  __syncthreads();
+  for (int w = 0; w < kThreads / 32; ++w) { lo = min(lo, s_lo[w]); hi = max(hi, s_hi[w]); }
+  __syncthreads();
 }
 
 // The token's maximum z: the head's maximum scaled (no bias, no mask: z is monotone in the logit),
@@ -174,29 +206,12 @@ __device__ void token_done(const SampleParams& p) {
 // the final set (top-p: its bucket and rank).
 template <class Member>
 __device__ void draw(const SampleParams& p, const SampleCallParams& c, int t, double m, u64 total, Member member) {
-  __shared__ int s_chunk;
-  __shared__ u64 s_rest;
   const int chunks = (p.vocab + kChunkIds - 1) / kChunkIds;
   const u64 target = sample::draw_target(sample::random128(c.seed, c.position + t, sample::Stream::draw), total);
-  const u64* mass = p.chunk_mass + size_t(t) * chunks;
-  // Each thread owns a run of consecutive chunks, so the scan keeps id order.
-  const int per = (chunks + kThreads - 1) / kThreads, first = threadIdx.x * per;
-  u64 mine = 0;
-  for (int k = first; k < min(chunks, first + per); ++k) mine += __ldcg(mass + k);
-  u64 all;
-  u64 before = block_exclusive_scan(mine, all);
-  if (threadIdx.x == 0) s_chunk = -1;
-  __syncthreads();
-  if (before <= target && target < before + mine) {
-    for (int k = first; k < min(chunks, first + per); ++k) {
-      const u64 w = __ldcg(mass + k);
-      if (target < before + w) { s_chunk = k; s_rest = target - before; break; }
-      before += w;
-    }
-  }
-  __syncthreads();
-  const int chunk = s_chunk;
+  const Crossing cross = first_bin_over(p.chunk_mass + size_t(t) * chunks, chunks, target);
+  const int chunk = cross.bin;
   if (chunk < 0) { finish(p, t, -1, kSampleOnHost); return; }  // cannot happen: the masses sum to total
+  const u64 rest = target - cross.before;
   // Thread j owns ids 2j and 2j + 1 of the chunk: the scan over threads is the id-order scan.
   const int base = chunk * kChunkIds + kIdsPerThread * threadIdx.x;
   u64 w[kIdsPerThread];
@@ -213,8 +228,8 @@ __device__ void draw(const SampleParams& p, const SampleCallParams& c, int t, do
   }
   __shared__ int s_found;
   if (threadIdx.x == 0) s_found = -1;
-  before = block_exclusive_scan(sum, all);  // its barriers publish s_found's reset
-  const u64 rest = s_rest;
+  u64 all;
+  u64 before = block_exclusive_scan(sum, all);  // its barriers publish s_found's reset
   if (before <= rest && rest < before + sum) {
 #pragma unroll
     for (int j = 0; j < kIdsPerThread; ++j) {
@@ -227,40 +242,18 @@ __device__ void draw(const SampleParams& p, const SampleCallParams& c, int t, do
   finish(p, t, s_found, s_found >= 0 ? kSampled : kSampleOnHost);
 }
 
-// The block's four chunk masses into chunk_mass (chunks past the vocabulary skipped); returns their
-// sum in thread 0.
-__device__ u64 store_chunk_masses(const u64 (&part)[kChunksPerBlock], u64* chunk_mass, int chunks) {
-  __shared__ u64 sums[kChunksPerBlock][kThreads / 32];
-  for (int q = 0; q < kChunksPerBlock; ++q) {
-    const u64 v = warp_sum(part[q]);
-    if ((threadIdx.x & 31) == 0) sums[q][threadIdx.x >> 5] = v;
-  }
-  __syncthreads();
-  u64 total = 0;
-  if (threadIdx.x == 0)
-    for (int q = 0; q < kChunksPerBlock; ++q) {
-      u64 m = 0;
-      for (int w = 0; w < kThreads / 32; ++w) m += sums[q][w];
-      const int chunk = blockIdx.x * kChunksPerBlock + q;
-      if (chunk < chunks) chunk_mass[chunk] = m;
-      total += m;
-    }
-  return total;
-}
-
 __global__ void __launch_bounds__(kThreads) sample_max_kernel(const SampleParams p) {
   pdl_launch_dependents();  // the next sampling kernel may take SMs as this one's blocks finish
   pdl_wait();                // the previous kernel's memory (logits, maximum, scratch) is visible
   const int t = blockIdx.y;
   const SampleCallParams c = *p.call;
   u64 best = 0;
-  for (int q = 0; q < kChunksPerBlock; ++q)
-    for (int k = 0; k < kIdsPerThread; ++k) {
-      const int i = slot_id(q, k);
-      if (i >= p.vocab) continue;
-      const Id e = eval(p, c, t, i);
-      if (e.in) best = max(best, ordered_key(e.z));
-    }
+  for (int k = 0; k < kIdsPerThread; ++k) {
+    const int i = chunk_id(k);
+    if (i >= p.vocab) continue;
+    const Id e = eval(p, c, t, i);
+    if (e.in) best = max(best, ordered_key(e.z));
+  }
   for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
   if ((threadIdx.x & 31) == 0 && best != 0) atomicMax(&p.scratch[t].max_key, best);
 }
@@ -280,26 +273,22 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
   if (kTopP)
     for (int b = threadIdx.x; b < sample::kRankBuckets; b += kThreads) hist[b] = 0;
   __syncthreads();
-  u64 part[kChunksPerBlock] = {};
-  if (valid) {
-    Weighed x[kChunksPerBlock][kIdsPerThread];
+  u64 part = 0;
+  if (valid)
 #pragma unroll
-    for (int q = 0; q < kChunksPerBlock; ++q)
-#pragma unroll
-      for (int k = 0; k < kIdsPerThread; ++k) {
-        const int i = slot_id(q, k);
-        x[q][k] = Weighed{0, 0, 0};
-        if (i < p.vocab) x[q][k] = weigh<kTopP>(p, c, t, i, m);
-        part[q] += x[q][k].w;
-      }
-    if (kTopP)
-#pragma unroll
-      for (int q = 0; q < kChunksPerBlock; ++q)
-#pragma unroll
-        for (int k = 0; k < kIdsPerThread; ++k) add_to_bin(hist, nullptr, x[q][k].bucket, x[q][k].w, x[q][k].w != 0);
+    for (int k = 0; k < kIdsPerThread; ++k) {
+      const int i = chunk_id(k);
+      Weighed x{0, 0, 0};
+      if (i < p.vocab) x = weigh<kTopP>(p, c, t, i, m);
+      part += x.w;
+      if (kTopP) add_to_bin(hist, nullptr, x.bucket, x.w, x.w != 0);
+    }
+  u64 chunk_mass;
+  block_exclusive_scan(part, chunk_mass);
+  if (threadIdx.x == 0) {
+    p.chunk_mass[size_t(t) * chunks + blockIdx.x] = chunk_mass;
+    if (chunk_mass != 0) atomicAdd(&s.total, chunk_mass);
   }
-  const u64 block_mass = store_chunk_masses(part, p.chunk_mass + size_t(t) * chunks, chunks);
-  if (threadIdx.x == 0 && block_mass != 0) atomicAdd(&s.total, block_mass);
   if (kTopP)
     for (int b = threadIdx.x; b < sample::kRankBuckets; b += kThreads)
       if (hist[b] != 0) atomicAdd(&s.hist[b], hist[b]);
@@ -318,24 +307,13 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
     token_done(p);
     return;
   }
-  // Top-p: the first bucket (rank order) where the running mass reaches the target.
+  // Top-p: the first bucket (rank order) where the running mass reaches the target (>= 1).
   const u64 target = sample::top_p_target(total, c.top_p);
-  constexpr int kPer = sample::kRankBuckets / kThreads;
-  u64 mine = 0;
-  for (int b = 0; b < kPer; ++b) mine += __ldcg(&s.hist[threadIdx.x * kPer + b]);
-  u64 all;
-  u64 before = block_exclusive_scan(mine, all);
-  if (before < target && target <= before + mine) {
-    for (int b = threadIdx.x * kPer; b < (threadIdx.x + 1) * kPer; ++b) {
-      const u64 h = __ldcg(&s.hist[b]);
-      if (target <= before + h) {
-        s.boundary = b;
-        s.mass_below = before;
-        s.rest = target - before;
-        break;
-      }
-      before += h;
-    }
+  const Crossing cross = first_bin_over(s.hist, sample::kRankBuckets, target - 1);
+  if (threadIdx.x == 0) {
+    s.boundary = cross.bin;
+    s.mass_below = cross.before;
+    s.rest = target - cross.before;
   }
 }
 
@@ -352,52 +330,32 @@ __device__ Threshold weighted_select(const SampleCandidate* cand, int n, u64 res
   __shared__ u64 s_key, s_rest;
   __shared__ uint32_t s_id;
   __shared__ int s_level, s_done;
-  __shared__ u64 red_u64[kThreads / 32][2];
-  __shared__ uint32_t red_u32[kThreads / 32][2];
   // The candidates' smallest and largest key and id: the bytes before the first difference are fixed.
   u64 kmin = ~0ull, kmax = 0;
-  uint32_t imin = ~0u, imax = 0;
   for (int i = threadIdx.x; i < n; i += kThreads) {
-    const u64 k = cand[i].key;
-    kmin = min(kmin, k);
-    kmax = max(kmax, k);
+    kmin = min(kmin, cand[i].key);
+    kmax = max(kmax, cand[i].key);
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    kmin = min(kmin, __shfl_xor_sync(0xffffffffu, kmin, o));
-    kmax = max(kmax, __shfl_xor_sync(0xffffffffu, kmax, o));
-  }
-  if ((threadIdx.x & 31) == 0) { red_u64[threadIdx.x >> 5][0] = kmin; red_u64[threadIdx.x >> 5][1] = kmax; }
-  __syncthreads();
+  block_min_max(kmin, kmax);
   if (threadIdx.x == 0) {
-    for (int w = 0; w < kThreads / 32; ++w) { kmin = min(kmin, red_u64[w][0]); kmax = max(kmax, red_u64[w][1]); }
     s_key = kmin;
+    s_id = 0;
     s_rest = rest;
     s_done = 0;
     // Level L < 8: byte L of the key from the top; L >= 8: byte L - 8 of the id.
     s_level = kmin == kmax ? 8 : __clzll(kmin ^ kmax) / 8;
   }
-  __syncthreads();
-  if (s_level == 8) {  // every key equal: the id decides
+  if (kmin == kmax) {  // every key equal: the id decides
+    uint32_t imin = ~0u, imax = 0;
     for (int i = threadIdx.x; i < n; i += kThreads) {
-      const uint32_t id = uint32_t(cand[i].id);
-      imin = min(imin, id);
-      imax = max(imax, id);
+      imin = min(imin, uint32_t(cand[i].id));
+      imax = max(imax, uint32_t(cand[i].id));
     }
-    for (int o = 16; o > 0; o >>= 1) {
-      imin = min(imin, __shfl_xor_sync(0xffffffffu, imin, o));
-      imax = max(imax, __shfl_xor_sync(0xffffffffu, imax, o));
-    }
-    if ((threadIdx.x & 31) == 0) { red_u32[threadIdx.x >> 5][0] = imin; red_u32[threadIdx.x >> 5][1] = imax; }
-    __syncthreads();
+    block_min_max(imin, imax);
     if (threadIdx.x == 0) {
-      for (int w = 0; w < kThreads / 32; ++w) { imin = min(imin, red_u32[w][0]); imax = max(imax, red_u32[w][1]); }
       s_id = imin;
       s_level = imin == imax ? 12 : 8 + __clz(imin ^ imax) / 8;
-      if (imin == imax) s_done = 1;
     }
-    __syncthreads();
-  } else if (threadIdx.x == 0) {
-    s_id = 0;
   }
   __syncthreads();
   for (;;) {
@@ -509,19 +467,17 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
   const bool valid = isfinite(m) && total != 0;  // else the weights kernel wrote the answer
   const int boundary = __ldcg(&s.boundary);
   SampleCandidate* cands = p.candidates + size_t(t) * kSampleCandidates;
-  u64 part[kChunksPerBlock] = {};
-  Weighed x[kChunksPerBlock][kIdsPerThread];
+  u64 part = 0;  // the chunk's mass below the boundary bucket
+  Weighed x[kIdsPerThread];
   u64 mine = 0;
 #pragma unroll
-  for (int q = 0; q < kChunksPerBlock; ++q)
-#pragma unroll
-    for (int k = 0; k < kIdsPerThread; ++k) {
-      const int i = slot_id(q, k);
-      x[q][k] = Weighed{0, sample::kRankBuckets, 0};
-      if (valid && i < p.vocab) x[q][k] = weigh(p, c, t, i, m);
-      if (x[q][k].w != 0 && x[q][k].bucket < boundary) part[q] += x[q][k].w;
-      mine += x[q][k].w != 0 && x[q][k].bucket == boundary ? 1 : 0;
-    }
+  for (int k = 0; k < kIdsPerThread; ++k) {
+    const int i = chunk_id(k);
+    x[k] = Weighed{0, sample::kRankBuckets, 0};
+    if (valid && i < p.vocab) x[k] = weigh(p, c, t, i, m);
+    if (x[k].w != 0 && x[k].bucket < boundary) part += x[k].w;
+    mine += x[k].w != 0 && x[k].bucket == boundary ? 1 : 0;
+  }
   // The block's candidates take one range of the buffer: one global atomic per block.
   __shared__ uint32_t s_first;
   u64 block_count;
@@ -529,19 +485,18 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
   if (threadIdx.x == 0 && block_count != 0) s_first = atomicAdd(&s.n_candidates, uint32_t(block_count));
   __syncthreads();
 #pragma unroll
-  for (int q = 0; q < kChunksPerBlock; ++q)
-#pragma unroll
-    for (int k = 0; k < kIdsPerThread; ++k) {
-      const Weighed& w = x[q][k];
-      if (w.w == 0 || w.bucket != boundary) continue;
-      const int fine = fine_bin(__dadd_rn(m, -w.z));
-      atomicAdd(&s.fine_mass[fine], w.w);
-      atomicAdd(&s.fine_count[fine], 1u);
-      const uint32_t at = s_first + slot++;
-      if (at < uint32_t(kSampleCandidates)) cands[at] = SampleCandidate{sample::descending_key(w.z), w.w, slot_id(q, k), fine};
-    }
+  for (int k = 0; k < kIdsPerThread; ++k) {
+    if (x[k].w == 0 || x[k].bucket != boundary) continue;
+    const int fine = fine_bin(__dadd_rn(m, -x[k].z));
+    atomicAdd(&s.fine_mass[fine], x[k].w);
+    atomicAdd(&s.fine_count[fine], 1u);
+    const uint32_t at = s_first + slot++;
+    if (at < uint32_t(kSampleCandidates)) cands[at] = SampleCandidate{sample::descending_key(x[k].z), x[k].w, chunk_id(k), fine};
+  }
   // The final set's chunk masses; the boundary ids at or before the threshold are added below.
-  store_chunk_masses(part, p.chunk_mass + size_t(t) * chunks, chunks);
+  u64 chunk_mass;
+  block_exclusive_scan(part, chunk_mass);
+  if (threadIdx.x == 0) p.chunk_mass[size_t(t) * chunks + blockIdx.x] = chunk_mass;
   if (!last_block(s, 1)) return;
   if (!valid) {
     token_done(p);
@@ -553,25 +508,11 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
     token_done(p);
     return;
   }
-  // The fine bin where the boundary bucket's mass reaches the rest of the target.
-  __shared__ int s_fine;
-  __shared__ u64 s_rest;
+  // The fine bin where the boundary bucket's mass reaches the rest of the target (>= 1).
   const u64 rest = __ldcg(&s.rest);
-  constexpr int kPer = kFineBins / kThreads;
-  u64 fine_mine = 0;
-  for (int b = 0; b < kPer; ++b) fine_mine += __ldcg(&s.fine_mass[threadIdx.x * kPer + b]);
-  u64 all;
-  u64 before = block_exclusive_scan(fine_mine, all);
-  if (before < rest && rest <= before + fine_mine)
-    for (int b = threadIdx.x * kPer; b < (threadIdx.x + 1) * kPer; ++b) {
-      const u64 h = __ldcg(&s.fine_mass[b]);
-      if (rest <= before + h) { s_fine = b; s_rest = rest - before; break; }
-      before += h;
-    }
-  __syncthreads();
-  const int fine = s_fine;
-  const Threshold th = __ldcg(&s.fine_count[fine]) <= uint32_t(kFewCandidates)
-                           ? select_in_fine_bin(cands, int(n), fine, s_rest)
+  const Crossing cross = first_bin_over(s.fine_mass, kFineBins, rest - 1);
+  const Threshold th = __ldcg(&s.fine_count[cross.bin]) <= uint32_t(kFewCandidates)
+                           ? select_in_fine_bin(cands, int(n), cross.bin, rest - cross.before)
                            : weighted_select(cands, int(n), rest);  // many exact ties: the radix walk
   // The boundary ids at or before the threshold join the final set's chunk masses.
   u64 joined = 0;
@@ -592,29 +533,15 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
   token_done(p);
 }
 
-template <auto Kernel>
-void launch_one(dim3 grid, const SampleParams& p, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = p.pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, Kernel, p));
-}
-
 }  // namespace
 
 void launch_sample(const SampleParams& p, cudaStream_t stream) {
-  const int chunks = (p.vocab + kChunkIds - 1) / kChunkIds;
-  const dim3 grid(unsigned((chunks + kChunksPerBlock - 1) / kChunksPerBlock), unsigned(p.T));
-  if (p.max_kernel) launch_one<sample_max_kernel>(grid, p, stream);
-  if (p.top_p) launch_one<sample_weights_kernel<true>>(grid, p, stream);
-  else launch_one<sample_weights_kernel<false>>(grid, p, stream);
-  if (p.top_p) launch_one<sample_boundary_kernel>(grid, p, stream);
+  const dim3 grid(unsigned((p.vocab + kChunkIds - 1) / kChunkIds), unsigned(p.T)), block(kThreads);
+  const bool pdl = p.pdl != 0;
+  if (p.max_kernel) launch_maybe_pdl<sample_max_kernel>(grid, block, 0, pdl, stream, p);
+  if (p.top_p) launch_maybe_pdl<sample_weights_kernel<true>>(grid, block, 0, pdl, stream, p);
+  else launch_maybe_pdl<sample_weights_kernel<false>>(grid, block, 0, pdl, stream, p);
+  if (p.top_p) launch_maybe_pdl<sample_boundary_kernel>(grid, block, 0, pdl, stream, p);
 }
 
 }  // namespace lmhead::cuda

@@ -130,7 +130,7 @@ uint64_t row_weights(const double* z, int64_t n, double m, double min_p, uint64_
   const bool use_min_p = min_p > 0;  // passes_min_p: everything passes when min_p is 0
   const __m256d two40 = _mm256_set1_pd(0x1p40), two52 = _mm256_set1_pd(0x1p52);
   const __m256i two52_bits = _mm256_castpd_si256(two52);
-  const __m256i base = _mm256_set1_epi64x(0x3EB0000000000000ll);  // rank_bucket's 2^-20
+  const __m256i base = _mm256_set1_epi64x(static_cast<long long>(kRankBaseBits));
   const __m256i last = _mm256_set1_epi64x(kRankBuckets - 1);
   constexpr int kVectors = 2;  // ids per step: 8
   __m256i sum = _mm256_setzero_si256();

@@ -34,13 +34,13 @@ constexpr double kZeroWeightBelow = -29.0;
 // A larger d never gets a smaller bucket (the bit pattern of a non-negative double is monotone in
 // its value), so every id of a lower bucket ranks before every id of a higher one.
 constexpr int kRankBuckets = 64 * 32;
+constexpr uint64_t kRankBaseBits = 0x3EB0000000000000ull;  // the bits of 2^-20, where bucket 1 starts
 
 LMHEAD_HD int rank_bucket(double d) {
   uint64_t bits;
   std::memcpy(&bits, &d, 8);
-  constexpr uint64_t kBase = 0x3EB0000000000000ull;  // the bits of 2^-20
-  if (bits <= kBase) return 0;
-  const uint64_t b = (bits - kBase) >> 46;
+  if (bits <= kRankBaseBits) return 0;
+  const uint64_t b = (bits - kRankBaseBits) >> 46;
   return b >= uint64_t(kRankBuckets) ? kRankBuckets - 1 : int(b);
 }
 
