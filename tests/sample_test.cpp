@@ -569,6 +569,29 @@ TEST(SampleSplit, EverySplitDrawsTheSameToken) {
   EXPECT_THROW(sample::sample_token(x.data(), 1300, configs()[0].o, nullptr, 0, bad), Error);
 }
 
+// Ranges held apart, as shards hold them: each range's logits copied into a buffer of its own,
+// so nothing but the round summaries can pass between them.
+TEST(SampleSplit, RangesHeldApartDrawTheContiguousToken) {
+  const std::vector<float> x = test_logits();
+  const std::vector<std::vector<int64_t>> splits = {{0, 1300}, {0, 512, 1024, 1300}, {0, 1, 1300}, {0, 100, 333, 900, 1030, 1300}};
+  for (const auto& b : splits) {
+    std::vector<std::vector<float>> own;
+    std::vector<sample::RangeLogits> ranges;
+    for (size_t r = 0; r + 1 < b.size(); ++r) own.emplace_back(x.begin() + b[r], x.begin() + b[r + 1]);
+    for (size_t r = 0; r + 1 < b.size(); ++r) ranges.push_back({own[r].data(), b[r], b[r + 1]});
+    for (const Config& c : configs())
+      for (int64_t pos = 0; pos < 100; ++pos)
+        ASSERT_EQ(sample::sample_token_in_ranges(ranges, 1300, c.o, nullptr, pos),
+                  sample::sample_token(x.data(), 1300, c.o, nullptr, pos))
+            << c.name << ", " << b.size() - 1 << " ranges";
+  }
+  const sample::RangeLogits gap[] = {{x.data(), 0, 600}, {x.data() + 700, 700, 1300}};
+  EXPECT_THROW(sample::sample_token_in_ranges(gap, 1300, configs()[0].o, nullptr, 0), Error);
+  const sample::RangeLogits short_of_v[] = {{x.data(), 0, 1200}};
+  EXPECT_THROW(sample::sample_token_in_ranges(short_of_v, 1300, configs()[0].o, nullptr, 0), Error);
+  EXPECT_THROW(sample::sample_token_in_ranges({}, 1300, configs()[0].o, nullptr, 0), Error);
+}
+
 TEST(SampleSplit, PositionAndSeedAloneKeyTheDraw) {
   const std::vector<float> x = test_logits();
   SamplingOptions o = configs()[0].o;

@@ -6,6 +6,7 @@
 
 #include "backend/sharding.hpp"
 #include "lmhead/lmhead.hpp"
+#include "sample/sampler.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -87,6 +88,49 @@ TEST(Sharding, TiesAcrossShardBoundaries) {
     EXPECT_EQ(o->summaries[0].argmax, 0);
     EXPECT_EQ(o->summaries[0].tie_count, 3);
     EXPECT_EQ(o->summaries[0].tied_ids, (std::vector<int32_t>{0, 7, 14}));
+  }
+}
+
+// Sampling inside the sharded backend: each shard keeps its logits, the tokens are the host
+// sampler's on the whole row, and no [T, V] array comes back unless asked for.
+TEST(Sharding, SamplingKeepsEachShardsLogits) {
+  auto model = Model::open(data_path("tail-q5k-v4099-h512.gguf"));
+  auto vectors = gguf::File::open(data_path("tail-q5k-v4099-h512.vectors.gguf"));
+  const std::vector<float> hidden = golden_f32(*vectors, "hidden");
+  const HeadView head = head_view(*model);
+  const int64_t V = head.vocab;
+  const int T = 3;
+  auto one = make_scalar_backend(head);
+  ForwardRequest plain;
+  plain.want_logits = true;
+  ForwardOutput whole;
+  one->forward(hidden.data(), T, plain, whole);
+
+  SamplingOptions o;
+  o.temperature = 1.5f;
+  o.top_p = 0.8f;
+  o.min_p = 0.01f;
+  o.seed = 9;
+  o.logit_bias = {{1, 3.0f}, {int32_t(V - 1), 2.0f}};
+  const size_t words = size_t((V + 31) / 32);
+  std::vector<uint32_t> masks(words * T, 0xffffffffu);
+  for (int t = 0; t < T; ++t) masks[size_t(t) * words + size_t(t)] = 0x00ff00ffu;  // per-token rows
+  for (int shards : {2, 5}) {
+    auto split = make_sharded_backend(head, shards, [](const HeadView& h, int) { return make_scalar_backend(h); }, 64);
+    ASSERT_TRUE(split->samples(o));
+    ForwardRequest req;
+    req.sampling = &o;
+    req.sample_position = 40;
+    req.sample_mask = masks.data();
+    req.sample_mask_stride = words;
+    ForwardOutput out;
+    split->forward(hidden.data(), T, req, out);
+    EXPECT_TRUE(out.logits.empty()) << shards << " shards returned logits nobody asked for";
+    ASSERT_EQ(out.sampled.size(), size_t(T));
+    for (int t = 0; t < T; ++t)
+      EXPECT_EQ(out.sampled[size_t(t)], sample::sample_token(whole.logits.data() + size_t(t) * size_t(V), V, o,
+                                                             masks.data() + size_t(t) * words, 40 + t))
+          << shards << " shards, token " << t;
   }
 }
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <thread>
 
+#include "sample/sampler.hpp"
+
 namespace lmhead {
 
 std::vector<int64_t> plan_shards(int64_t vocab, int shards, int64_t align) {
@@ -98,14 +100,22 @@ class ShardedBackend final : public Backend {
     return !parts_.empty();
   }
 
+  // Every option: the shards keep their logits and only the summaries of numerics.md §9's rounds
+  // pass between them (sample::sample_token_in_ranges), so sampling gathers no [T, V] logits.
+  bool samples(const SamplingOptions&) const override { return true; }
+
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
     const int n = int(parts_.size());
     const int64_t V = head_.vocab;
     // logprobs need every logit relative to the merged maximum: shards hand back their logits for
-    // that (the summaries alone carry argmax, ties and top-k).
+    // that (the summaries alone carry argmax, ties and top-k). Sampling reads each shard's logits
+    // where the shard left them; they are placed at their global ids only when asked for.
     ForwardRequest shard_req = req;
     shard_req.logprobs = false;
-    shard_req.want_logits = req.want_logits || req.logprobs;
+    shard_req.sampling = nullptr;
+    shard_req.want_logits = req.want_logits || req.logprobs || req.sampling != nullptr;
+    ForwardRequest place_req = shard_req;
+    place_req.want_logits = req.want_logits || req.logprobs;
     std::vector<ForwardOutput> outs(n);
     std::vector<std::exception_ptr> errors(n);
     {
@@ -129,15 +139,32 @@ class ShardedBackend final : public Backend {
     out.stages = {};
     for (int s = 0; s < n; ++s) {
       merge_shard_summaries(out.summaries, outs[s].summaries, bounds_[s], req.top_k);
-      place_shard_outputs(out, outs[s], shard_req, tokens, V, bounds_[s], bounds_[s + 1] - bounds_[s]);
+      if (place_req.want_logits || req.want_stages)
+        place_shard_outputs(out, outs[s], place_req, tokens, V, bounds_[s], bounds_[s + 1] - bounds_[s]);
     }
     out.sum_exp.assign(req.logprobs ? tokens : 0, 0.0);
     for (int t = 0; t < int(out.sum_exp.size()); ++t)
       out.sum_exp[t] = select::sum_exp(out.logits.data() + size_t(t) * V, V, out.summaries[t].max);
     if (!req.want_logits && !req.want_stages) out.logits.clear();  // were only fetched for the logprobs
     const auto t2 = std::chrono::steady_clock::now();
+    out.sampled.clear();
+    if (req.sampling != nullptr) {
+      std::vector<sample::RangeLogits> ranges(static_cast<size_t>(n));
+      for (int t = 0; t < tokens; ++t) {
+        for (int s = 0; s < n; ++s) {
+          const int64_t rows = bounds_[s + 1] - bounds_[s];
+          ranges[size_t(s)] = {outs[s].logits.data() + size_t(t) * size_t(rows), bounds_[s], bounds_[s + 1]};
+        }
+        const uint32_t* mask = req.sample_mask == nullptr ? nullptr : req.sample_mask + size_t(t) * req.sample_mask_stride;
+        out.sampled.push_back(
+            sample::sample_token_in_ranges(ranges, V, *req.sampling, mask, req.sample_position + t));
+      }
+    }
     book_slowest_shard_times(out.times, outs);
     out.times.push_back({"exchange and merge", std::chrono::duration<double, std::milli>(t2 - t1).count()});
+    if (req.sampling != nullptr)
+      out.times.push_back({"sampling over the shards' ranges",
+                           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t2).count()});
   }
 
  private:

@@ -34,7 +34,8 @@ using ShardFactory = std::function<std::unique_ptr<Backend>(const HeadView& shar
 // Runs every shard (concurrently, one host thread each) and merges: argmax / ties / top-k through
 // select::merge (exact, order-independent), logits and stages placed at their global ids, and the
 // logprobs' sum of exponentials taken relative to the merged maximum in select::sum_exp's chunk
-// order. The result is byte-identical for any number of shards.
+// order. Sampling runs the sampler's rounds over the shards' own logits (sample_token_in_ranges),
+// placing none. The result is byte-identical for any number of shards.
 std::unique_ptr<Backend> make_sharded_backend(const HeadView& head, int shards, ShardFactory factory,
                                               int64_t align = select::kSumExpChunk);
 

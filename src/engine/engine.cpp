@@ -166,8 +166,9 @@ RunResult Engine::run_rows(const float* hidden, int tokens, const RunOptions& op
     throw Error("top-k must be between 0 and the vocabulary size " + std::to_string(c.vocab));
   sample::validate(options.sampling, c.vocab, tokens);
   // Sampling draws with the sampler's integer weights (numerics.md §9), so every backend and every
-  // split draws the same token: inside a backend that samples these options (the GPU's kernels),
-  // else here from the capped logits. Greedy without bias or mask is the argmax.
+  // split draws the same token: inside a backend that samples these options (the GPU's kernels, the
+  // sharded backend's rounds over its shards), else here from the capped logits. Greedy without
+  // bias or mask is the argmax.
   const bool sampling = sample::needs_logits(options.sampling);
   const bool backend_samples = sampling && backend_->samples(options.sampling);
   const bool sample_from_logits = sampling && !backend_samples;

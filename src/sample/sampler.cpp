@@ -74,14 +74,15 @@ struct Round1 {
   std::vector<Cand> top;
 };
 
+// `x` is the range's own logits: id i's at x[i - begin].
 Round1 round1(const float* x, const SamplingOptions& o, const Bias& bias, const uint32_t* mask, int64_t begin,
               int64_t end, double* z) {
   const double t = double(o.temperature);
   Round1 r;
-  r.max = scaled_logits(x + begin, end - begin, t, z + begin);
+  r.max = scaled_logits(x, end - begin, t, z + begin);
   auto it = std::lower_bound(bias.begin(), bias.end(), std::pair<int32_t, float>(int32_t(begin), -INFINITY));
   const bool biased = it != bias.end() && it->first < end;
-  for (; it != bias.end() && it->first < end; ++it) z[it->first] = scaled_logit(x[it->first], it->second, t);
+  for (; it != bias.end() && it->first < end; ++it) z[it->first] = scaled_logit(x[it->first - begin], it->second, t);
   if (mask != nullptr)
     for (int64_t i = begin; i < end; ++i)
       if (masked_out(mask, i)) z[i] = std::numeric_limits<double>::quiet_NaN();
@@ -229,7 +230,9 @@ void run_rounds(size_t n, const Workers* workers, const std::function<void(int, 
   if (error) std::rethrow_exception(error);
 }
 
-Plan plan(const float* logits, const SamplingOptions& o, const Bias& bias, const uint32_t* mask,
+// Range r covers ids [bounds[r], bounds[r + 1]) and reads its logits from starts[r] (id i's at
+// starts[r][i - bounds[r]]): one array or a buffer per shard alike.
+Plan plan(std::span<const float* const> starts, const SamplingOptions& o, const Bias& bias, const uint32_t* mask,
           std::span<const int64_t> bounds, Scratch& s, const Workers* workers) {
   const size_t n = bounds.size() - 1;
   const bool top_p = o.top_p < 1;
@@ -244,7 +247,7 @@ Plan plan(const float* logits, const SamplingOptions& o, const Bias& bias, const
   std::vector<Boundary> cands;
   size_t last = 0;
   auto round = [&](int k, size_t r) {
-    if (k == 0) first[r] = round1(logits, o, bias, mask, bounds[r], bounds[r + 1], s.z.data());
+    if (k == 0) first[r] = round1(starts[r], o, bias, mask, bounds[r], bounds[r + 1], s.z.data());
     if (k == 1) p.parts[r] = round2(cut, bounds[r], bounds[r + 1], s, top_p);
     // What travels in round 3: each range's candidates of the one boundary bucket.
     if (k == 2) round3(bucket, bounds[r], bounds[r + 1], s, p.parts[r], sent[r]);
@@ -313,13 +316,14 @@ void check_bounds(std::span<const int64_t> bounds, int64_t V) {
     if (bounds[i] <= bounds[i - 1]) throw Error("sampling ranges must be ascending and non-empty");
 }
 
-int32_t greedy(const float* logits, const Bias& bias, const uint32_t* mask, std::span<const int64_t> bounds) {
+int32_t greedy(std::span<const float* const> starts, const Bias& bias, const uint32_t* mask,
+               std::span<const int64_t> bounds) {
   double best = kNegInf;
   int32_t best_id = -1;
   for (size_t r = 0; r + 1 < bounds.size(); ++r) {
     auto it = std::lower_bound(bias.begin(), bias.end(), std::pair<int32_t, float>(int32_t(bounds[r]), -INFINITY));
     for (int64_t i = bounds[r]; i < bounds[r + 1]; ++i) {
-      double v = double(logits[i]);
+      double v = double(starts[r][i - bounds[r]]);
       if (it != bias.end() && it->first == i) v += double((it++)->second);
       if (masked_out(mask, i) || std::isnan(v)) continue;
       if (best_id < 0 || v > best) { best = v; best_id = int32_t(i); }
@@ -444,6 +448,22 @@ int32_t inverse_cdf(const double* w, int64_t n, double u) {
   return last;  // u * total rounded up to total: the last id with weight
 }
 
+namespace {
+
+// Both entry points after their ranges are known: starts[r] holds ids [bounds[r], bounds[r + 1]).
+int32_t sample_ranges(std::span<const float* const> starts, std::span<const int64_t> bounds, int64_t V,
+                      const SamplingOptions& o, const uint32_t* mask, int64_t position, const Workers* workers) {
+  check_bounds(bounds, V);
+  const Bias bias = sorted_bias(o);
+  if (o.temperature == 0) return greedy(starts, bias, mask, bounds);
+  // The calling thread's scratch, shared by the workers: each writes only its ranges' ids.
+  Scratch& s = scratch(V);
+  const Plan p = plan(starts, o, bias, mask, bounds, s, workers);
+  return draw(p, s, V, draw_target(random128(o.seed, position, Stream::draw), p.total));
+}
+
+}  // namespace
+
 int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& o, const uint32_t* mask, int64_t position,
                      std::span<const int64_t> bounds, const Workers* workers) {
   const int64_t whole[2] = {0, V};
@@ -453,13 +473,25 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& o, c
     bounds = spread;
   }
   if (bounds.empty()) bounds = whole;
-  check_bounds(bounds, V);
-  const Bias bias = sorted_bias(o);
-  if (o.temperature == 0) return greedy(logits, bias, mask, bounds);
-  // The calling thread's scratch, shared by the workers: each writes only its ranges' ids.
-  Scratch& s = scratch(V);
-  const Plan p = plan(logits, o, bias, mask, bounds, s, workers);
-  return draw(p, s, V, draw_target(random128(o.seed, position, Stream::draw), p.total));
+  std::vector<const float*> starts;
+  for (size_t r = 0; r + 1 < bounds.size(); ++r) starts.push_back(logits + bounds[size_t(r)]);
+  return sample_ranges(starts, bounds, V, o, mask, position, workers);
+}
+
+int32_t sample_token_in_ranges(std::span<const RangeLogits> ranges, int64_t V, const SamplingOptions& o,
+                               const uint32_t* mask, int64_t position, const Workers* workers) {
+  if (ranges.empty()) throw Error("sampling needs at least one range of logits");
+  std::vector<int64_t> bounds;
+  std::vector<const float*> starts;
+  for (const RangeLogits& r : ranges) {
+    if (!bounds.empty() && r.begin != bounds.back())
+      throw Error("sampling ranges must follow each other without gaps: one ends at " + std::to_string(bounds.back()) +
+                  ", the next begins at " + std::to_string(r.begin));
+    if (bounds.empty()) bounds.push_back(r.begin);
+    bounds.push_back(r.end);
+    starts.push_back(r.logits);
+  }
+  return sample_ranges(starts, bounds, V, o, mask, position, workers);
 }
 
 void sample_tokens(const float* logits, int64_t V, int n, const SamplingOptions& o, int first, int32_t* out,
@@ -483,13 +515,14 @@ Weights kept_weights(const float* logits, int64_t V, const SamplingOptions& o, c
   const Bias bias = sorted_bias(o);
   Weights out;
   out.weight.assign(size_t(V), 0.0);
+  const float* const start[1] = {logits};
   if (o.temperature == 0) {  // greedy: all mass on the one token
-    out.weight[size_t(greedy(logits, bias, mask, whole))] = 1.0;
+    out.weight[size_t(greedy(start, bias, mask, whole))] = 1.0;
     out.total = 1.0;
     return out;
   }
   Scratch& s = scratch(V);
-  const Plan p = plan(logits, o, bias, mask, whole, s, nullptr);
+  const Plan p = plan(start, o, bias, mask, whole, s, nullptr);
   for (int64_t i = 0; i < V; ++i) out.weight[size_t(i)] = double(s.w[size_t(i)]);
   out.total = double(p.total);
   return out;

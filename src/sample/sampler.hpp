@@ -43,6 +43,19 @@ struct Workers {
 int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& o, const uint32_t* mask,
                      int64_t position, std::span<const int64_t> bounds = {}, const Workers* workers = nullptr);
 
+// A range of the vocabulary whose logits are held apart, as a shard holds its own: ids
+// [begin, end), id i's capped logit at logits[i - begin].
+struct RangeLogits {
+  const float* logits = nullptr;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+// sample_token over ranges held apart (in id order, each beginning where the previous ends, from 0
+// to V): between ranges only the summaries of numerics.md §9's table pass, never a logit, and the
+// token is sample_token's on the same logits laid end to end.
+int32_t sample_token_in_ranges(std::span<const RangeLogits> ranges, int64_t V, const SamplingOptions& o,
+                               const uint32_t* mask, int64_t position, const Workers* workers = nullptr);
+
 // Tokens first .. first + n - 1 of a call (row t of `logits` is token first + t: its mask row and
 // position o.position + first + t), into out[0, n). Whole tokens go to the workers while there
 // are at least as many left as workers; the rest are split over the vocabulary. The same tokens
