@@ -2,6 +2,7 @@
 #include <chrono>
 #include <memory>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -82,51 +83,62 @@ int bench(const BenchArgs& a) {
     single.shards = 0;
     one_gpu = std::make_unique<Engine>(model, single);
   }
-  auto time_runs = [&](Engine& e, const std::vector<float>& hidden, int T, RunResult& last, bool plain = false) {
+  // The call as asked (`plain`: the argmax-only call of the same T instead). Verification checks
+  // drafts the target accepts, so the whole verification runs.
+  auto make_call = [&](Engine& e, const std::vector<float>& hidden, int T, RunResult& last, bool plain) {
     RunOptions ro = route;
     ro.top_k = static_cast<int>(std::min<int64_t>(ro.top_k, c.vocab));
     if (plain) ro.sampling = {};
-    const bool verifying = a.verify && !plain;
     std::vector<int32_t> draft;
-    auto call = [&]() {
-      if (!verifying) { last = e.run(hidden, T, ro); return; }
-      last = e.verify(hidden, draft, ro).run;
-    };
-    if (verifying) {  // drafts the target accepts: the whole verification runs
+    if (a.verify && !plain) {
       const RunResult r = e.run(hidden, T, ro);
       for (int t = 0; t + 1 < T; ++t) draft.push_back(r.choices[size_t(t)].sampled);
     }
-    call();  // warm-up: pages in the mapping, fills caches
-    std::vector<double> ms;
+    return [&e, &hidden, T, &last, ro, draft, verifying = a.verify && !plain]() {
+      if (verifying) last = e.verify(hidden, draft, ro).run;
+      else last = e.run(hidden, T, ro);
+    };
+  };
+  // Times the call and, with `compare`, the argmax-only call interleaved round by round in ABBA
+  // order, so the machine's drift (a VM's neighbours, clocks) lands on both alike and their ratio
+  // compares like with like. Returns each kind's sorted times.
+  auto time_runs = [&](Engine& e, const std::vector<float>& hidden, int T, RunResult& last, bool with_plain,
+                       std::vector<double>* plain_ms) {
+    RunResult plain_last;
+    std::vector<std::function<void()>> calls = {make_call(e, hidden, T, last, false)};
+    if (with_plain) calls.push_back(make_call(e, hidden, T, plain_last, true));
+    for (auto& call : calls) call();  // warm-up: pages in the mapping, fills caches
+    std::vector<std::vector<double>> ms(calls.size());
     const auto bench_start = std::chrono::steady_clock::now();
-    while (true) {
-      const auto t0 = std::chrono::steady_clock::now();
-      call();
-      const auto t1 = std::chrono::steady_clock::now();
-      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      const double elapsed = std::chrono::duration<double>(t1 - bench_start).count();
-      if (a.repeat > 0 ? int(ms.size()) >= a.repeat : (ms.size() >= 5 && elapsed > 1.0) || ms.size() >= 1000) break;
+    for (size_t round = 0;; ++round) {
+      for (size_t j = 0; j < calls.size(); ++j) {
+        const size_t k = round % 2 == 0 ? j : calls.size() - 1 - j;
+        const auto t0 = std::chrono::steady_clock::now();
+        calls[k]();
+        ms[k].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+      const size_t runs = ms[0].size();
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - bench_start).count();
+      if (a.repeat > 0 ? int(runs) >= a.repeat : (runs >= 5 && elapsed > 1.0) || runs >= 1000) break;
     }
-    std::sort(ms.begin(), ms.end());
+    for (auto& v : ms) std::sort(v.begin(), v.end());
+    if (plain_ms != nullptr && with_plain) *plain_ms = ms[1];
     // The timed calls run without per-stage timing (on the GPU its event nodes cost a few
     // microseconds and stop the head kernel from starting under the prep); one more call reports
     // the stage split.
-    RunOptions profiled = ro;
+    RunOptions profiled = route;
+    profiled.top_k = static_cast<int>(std::min<int64_t>(profiled.top_k, c.vocab));
     profiled.stage_times = true;
     last = e.run(hidden, T, profiled);
-    return ms;
+    return ms[0];
   };
   for (int T : token_counts) {
     const std::vector<float> hidden = synthetic_hidden_states(T, c.hidden, 1234 + T);
     RunResult last;
-    const std::vector<double> ms = time_runs(engine, hidden, T, last);
+    std::vector<double> plain_ms;
+    const std::vector<double> ms = time_runs(engine, hidden, T, last, compare, &plain_ms);
     const double median = ms[ms.size() / 2], lo = ms.front(), hi = ms.back();
-    double plain_median = 0;
-    if (compare) {
-      RunResult plain_last;
-      const std::vector<double> plain_ms = time_runs(engine, hidden, T, plain_last, true);
-      plain_median = plain_ms[plain_ms.size() / 2];
-    }
+    const double plain_median = compare ? plain_ms[plain_ms.size() / 2] : 0.0;
     const double gbps = double(c.head_bytes) / (median * 1e-3) / 1e9;
     const double ratio = gbps / ceiling;
     nlohmann::json stages = nlohmann::json::object();
@@ -147,7 +159,7 @@ int bench(const BenchArgs& a) {
     double one_median = 0, exchange_ms = 0;
     if (one_gpu) {
       RunResult one_last;
-      const std::vector<double> one_ms = time_runs(*one_gpu, hidden, T, one_last);
+      const std::vector<double> one_ms = time_runs(*one_gpu, hidden, T, one_last, false, nullptr);
       one_median = one_ms[one_ms.size() / 2];
       for (const StageTime& s : last.times)
         if (s.label.rfind("exchange", 0) == 0) exchange_ms += s.ms;
@@ -162,7 +174,7 @@ int bench(const BenchArgs& a) {
       std::printf("ratio %.3f | T=%-2d threads=%d | median %8.3f ms (min %.3f, max %.3f, %zu runs) | %s B | %7.2f GB/s | ceiling %.2f GB/s\n",
                   ratio, T, threads, median, lo, hi, ms.size(), with_commas(c.head_bytes).c_str(), gbps, ceiling);
       if (compare)
-        std::printf("          %s: %.3f ms vs argmax-only %.3f ms in the same run: x%.4f\n",
+        std::printf("          %s: %.3f ms vs argmax-only %.3f ms, interleaved in the same run: x%.4f\n",
                     a.verify ? "verification of T-1 drafts" : "sampling", median, plain_median, median / plain_median);
       if (engine.device_bytes() > 0)
         std::printf("          head bytes held on the GPU: %s\n", with_commas(engine.device_bytes()).c_str());
