@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
+#include <span>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -84,6 +86,197 @@ TEST(CApi, RunMatchesTheCppEngineByteForByte) {
       EXPECT_EQ(lps[t * K + j], c.top[j].logprob);
     }
   }
+}
+
+// Sampling and verification through the C structs: the C++ engine's tokens for the same options.
+TEST(CApi, SamplingAndVerificationAreTheCppEnginesTokens) {
+  Handles h;
+  ASSERT_EQ(lmhead_model_open(data_path(kSmall).c_str(), &h.model), LMHEAD_OK) << lmhead_last_error();
+  ASSERT_EQ(lmhead_engine_create(h.model, "cpu", 2, &h.engine), LMHEAD_OK) << lmhead_last_error();
+  auto model = lmhead::Model::open(data_path(kSmall));
+  lmhead::Engine engine(model, {.backend = lmhead::BackendKind::cpu, .threads = 2});
+  const int T = 5, V = 4096, words = V / 32;
+  const std::vector<float> hidden = random_hidden(T * 256, 11);
+
+  const int32_t bias_ids[] = {7, 4000};
+  const float bias_values[] = {6.0f, -2.5f};
+  std::vector<uint32_t> masks(size_t(T) * words, 0xffffffffu);
+  for (int t = 0; t < T; ++t) masks[size_t(t) * words + size_t(t)] = 0x0000ff00u;  // one row per token
+  lmhead_sampling_options so;
+  lmhead_sampling_options_init(&so);
+  EXPECT_EQ(so.top_p, 1.0f);
+  so.temperature = 0.8f;
+  so.top_p = 0.9f;
+  so.min_p = 0.02f;
+  so.seed = 1234;
+  so.position = 50;
+  so.bias_ids = bias_ids;
+  so.bias_values = bias_values;
+  so.bias_count = 2;
+  so.allowed = masks.data();
+  so.allowed_words = masks.size();
+  lmhead_run_options o;
+  lmhead_run_options_init(&o);
+  o.sampling = &so;
+  std::vector<int32_t> sampled(T, -1), argmax(T, -1);
+  lmhead_run_outputs out;
+  std::memset(&out, 0, sizeof out);
+  out.size = sizeof out;
+  out.sampled = sampled.data();
+  out.argmax = argmax.data();
+  ASSERT_EQ(lmhead_engine_run_ex(h.engine, hidden.data(), T, &o, &out), LMHEAD_OK) << lmhead_last_error();
+
+  lmhead::RunOptions ro;
+  ro.sampling.temperature = 0.8f;
+  ro.sampling.top_p = 0.9f;
+  ro.sampling.min_p = 0.02f;
+  ro.sampling.seed = 1234;
+  ro.sampling.position = 50;
+  ro.sampling.logit_bias = {{7, 6.0f}, {4000, -2.5f}};
+  ro.sampling.allowed = masks;
+  const lmhead::RunResult want = engine.run(hidden, T, ro);
+  for (int t = 0; t < T; ++t) {
+    EXPECT_EQ(sampled[t], want.choices[t].sampled) << "token " << t;
+    EXPECT_EQ(argmax[t], want.choices[t].argmax) << "token " << t;
+  }
+  // Without sampling options `sampled` is the argmax.
+  o.sampling = nullptr;
+  ASSERT_EQ(lmhead_engine_run_ex(h.engine, hidden.data(), T, &o, &out), LMHEAD_OK) << lmhead_last_error();
+  EXPECT_EQ(sampled, argmax);
+
+  // Verification: greedy and sampled, drafts that the target accepts and one it rejects, with and
+  // without the draft model's probabilities.
+  ro.sampling.allowed.clear();
+  so.allowed = nullptr;
+  so.allowed_words = 0;
+  o.sampling = &so;
+  const lmhead::RunResult target = engine.run(hidden, T, ro);
+  std::vector<int32_t> draft;
+  for (int t = 0; t + 1 < T; ++t) draft.push_back(target.choices[t].sampled);
+  std::vector<int32_t> wrong = draft;
+  wrong[2] = (wrong[2] + 1) % V;
+  std::vector<float> probs(size_t(T - 1) * V, 1.0f / V);
+  for (const std::vector<int32_t>* d : {&draft, &wrong})
+    for (const float* q : {static_cast<const float*>(nullptr), static_cast<const float*>(probs.data())})
+      for (float temperature : {0.0f, 0.8f}) {
+        so.temperature = temperature;
+        ro.sampling.temperature = temperature;
+        int accepted = -1;
+        int32_t next = -1;
+        ASSERT_EQ(lmhead_engine_verify(h.engine, hidden.data(), d->data(), T - 1, q, &o, &accepted, &next), LMHEAD_OK)
+            << lmhead_last_error();
+        const lmhead::VerifyResult v =
+            engine.verify(hidden, *d, ro, q ? std::span<const float>(probs) : std::span<const float>());
+        EXPECT_EQ(accepted, v.accepted) << "temperature " << temperature << (q ? ", draft probs" : "");
+        EXPECT_EQ(next, v.next) << "temperature " << temperature << (q ? ", draft probs" : "");
+        if (d == &draft && temperature == 0.8f && !q) {
+          EXPECT_EQ(accepted, T - 1);
+        }
+        if (d == &wrong && !q) {
+          EXPECT_LE(accepted, 2);
+        }
+      }
+}
+
+TEST(CApi, SamplingFailuresNameTheirOption) {
+  Handles h;
+  ASSERT_EQ(lmhead_model_open(data_path(kSmall).c_str(), &h.model), LMHEAD_OK) << lmhead_last_error();
+  ASSERT_EQ(lmhead_engine_create(h.model, "cpu", 1, &h.engine), LMHEAD_OK) << lmhead_last_error();
+  const std::vector<float> hidden = random_hidden(2 * 256, 5);
+  std::vector<int32_t> sampled(2, -7);
+  lmhead_run_outputs out;
+  std::memset(&out, 0, sizeof out);
+  out.size = sizeof out;
+  out.sampled = sampled.data();
+  lmhead_sampling_options so;
+  lmhead_run_options o;
+  lmhead_run_options_init(&o);
+  o.sampling = &so;
+  auto expect_refused = [&](const char* needle) {
+    EXPECT_EQ(lmhead_engine_run_ex(h.engine, hidden.data(), 2, &o, &out), LMHEAD_ERR_ARGUMENT) << needle;
+    EXPECT_NE(std::string(lmhead_last_error()).find(needle), std::string::npos) << lmhead_last_error();
+    EXPECT_EQ(sampled[0], -7);  // nothing written
+  };
+  lmhead_sampling_options_init(&so);
+  so.temperature = 1.0f;
+  so.top_p = 0.0f;
+  expect_refused("top-p");
+  lmhead_sampling_options_init(&so);
+  so.temperature = -1.0f;
+  expect_refused("temperature");
+  lmhead_sampling_options_init(&so);
+  so.bias_count = 1;
+  expect_refused("bias_ids");
+  const int32_t far_id = 4096;
+  const float one = 1.0f;
+  so.bias_ids = &far_id;
+  so.bias_values = &one;
+  expect_refused("outside the vocabulary");
+  lmhead_sampling_options_init(&so);
+  const uint32_t short_mask[3] = {1, 1, 1};
+  so.allowed = short_mask;
+  so.allowed_words = 3;
+  expect_refused("allowed-token mask");
+  so.allowed_words = 0;
+  expect_refused("allowed_words");
+  lmhead_sampling_options_init(&so);
+  so.size = sizeof so + 4;
+  expect_refused("lmhead_sampling_options.size");
+
+  lmhead_sampling_options_init(&so);
+  int accepted = -1;
+  int32_t next = -1;
+  const int32_t bad_draft[1] = {-3};
+  EXPECT_EQ(lmhead_engine_verify(h.engine, hidden.data(), bad_draft, 1, nullptr, &o, &accepted, &next), LMHEAD_ERR_ARGUMENT);
+  EXPECT_NE(std::string(lmhead_last_error()).find("draft token 0"), std::string::npos) << lmhead_last_error();
+  const int32_t good_draft[1] = {3};
+  std::vector<float> probs(4096, 0.0f);
+  probs[9] = -0.5f;
+  EXPECT_EQ(lmhead_engine_verify(h.engine, hidden.data(), good_draft, 1, probs.data(), &o, &accepted, &next),
+            LMHEAD_ERR_ARGUMENT);
+  EXPECT_NE(std::string(lmhead_last_error()).find("draft probability"), std::string::npos) << lmhead_last_error();
+  EXPECT_EQ(lmhead_engine_verify(h.engine, hidden.data(), nullptr, 1, nullptr, &o, &accepted, &next), LMHEAD_ERR_ARGUMENT);
+  EXPECT_EQ(lmhead_engine_verify(h.engine, hidden.data(), good_draft, -1, nullptr, &o, &accepted, &next), LMHEAD_ERR_ARGUMENT);
+  EXPECT_EQ(accepted, -1);
+  EXPECT_EQ(next, -1);
+  // No drafts: the one row's own token.
+  ASSERT_EQ(lmhead_engine_verify(h.engine, hidden.data(), nullptr, 0, nullptr, nullptr, &accepted, &next), LMHEAD_OK)
+      << lmhead_last_error();
+  EXPECT_EQ(accepted, 0);
+  std::vector<int32_t> argmax(1);
+  ASSERT_EQ(lmhead_engine_run(h.engine, hidden.data(), 1, argmax.data(), nullptr), LMHEAD_OK);
+  EXPECT_EQ(next, argmax[0]);
+}
+
+// A caller built against 0.1.0's header passes the shorter structs: they keep working, and the
+// fields they lack keep their defaults (no sampling, no sampled output).
+TEST(CApi, StructsOfTheEarlierLayoutStillWork) {
+  Handles h;
+  ASSERT_EQ(lmhead_model_open(data_path(kSmall).c_str(), &h.model), LMHEAD_OK) << lmhead_last_error();
+  ASSERT_EQ(lmhead_engine_create(h.model, "cpu", 1, &h.engine), LMHEAD_OK) << lmhead_last_error();
+  const std::vector<float> hidden = random_hidden(256, 8);
+  lmhead_sampling_options so;
+  lmhead_sampling_options_init(&so);
+  so.temperature = 5.0f;  // would change the token if it were read
+  lmhead_run_options o;
+  lmhead_run_options_init(&o);
+  o.size = offsetof(lmhead_run_options, sampling);
+  o.top_k = 2;
+  o.sampling = &so;  // beyond the caller's size: never read
+  int32_t argmax = -1, sampled = -9;
+  int32_t ids[2] = {-1, -1};
+  lmhead_run_outputs out;
+  std::memset(&out, 0, sizeof out);
+  out.size = offsetof(lmhead_run_outputs, sampled);
+  out.argmax = &argmax;
+  out.top_k_ids = ids;
+  out.sampled = &sampled;  // beyond the caller's size: never written
+  ASSERT_EQ(lmhead_engine_run_ex(h.engine, hidden.data(), 1, &o, &out), LMHEAD_OK) << lmhead_last_error();
+  EXPECT_EQ(ids[0], argmax);
+  EXPECT_EQ(sampled, -9);
+  o.size = offsetof(lmhead_run_options, sampling) + 4;  // neither layout
+  EXPECT_EQ(lmhead_engine_run_ex(h.engine, hidden.data(), 1, &o, &out), LMHEAD_ERR_ARGUMENT);
+  EXPECT_NE(std::string(lmhead_last_error()).find("lmhead_run_options.size"), std::string::npos) << lmhead_last_error();
 }
 
 TEST(CApi, RoutesAndInputKindReachTheEngine) {

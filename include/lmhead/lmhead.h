@@ -119,6 +119,26 @@ enum lmhead_input_kind { LMHEAD_INPUT_HIDDEN = 0, LMHEAD_INPUT_NORMED = 1 };
 enum lmhead_activation_route { LMHEAD_ACTIVATIONS_Q8 = 0, LMHEAD_ACTIVATIONS_F32 = 1 };
 enum lmhead_softcap_route { LMHEAD_SOFTCAP_NODES = 0, LMHEAD_SOFTCAP_FUSED = 1 };
 
+/* Seeded sampling (docs/numerics.md §9): bias and mask, temperature, min-p, top-k and top-p on the
+ * capped logits, then an exact draw keyed by (seed, position) only, so the token is the same on
+ * every backend and for any thread, shard or GPU count and any split of positions over calls. The
+ * defaults (lmhead_sampling_options_init) choose the argmax. The arrays are read during the call. */
+typedef struct lmhead_sampling_options {
+  size_t size;               /* sizeof(lmhead_sampling_options) */
+  float temperature;         /* 0: greedy (the largest biased logit among the allowed ids, lowest id on ties) */
+  int top_k;                 /* keep the k most likely ids; 0: off (not lmhead_run_options.top_k) */
+  float top_p;               /* keep the most likely ids until their mass reaches top_p, in (0, 1]; 1: off */
+  float min_p;               /* keep the ids with p >= min_p * p_max, in [0, 1]; 0: off */
+  uint64_t seed;             /* the random stream's key */
+  int64_t position;          /* token t of the call draws at position + t */
+  const int32_t* bias_ids;   /* bias_count ids, each at most once */
+  const float* bias_values;  /* bias_count values added to those ids' capped logits */
+  size_t bias_count;
+  const uint32_t* allowed;   /* NULL: every id allowed; else bit (id % 32) of word id / 32 set for allowed ids */
+  size_t allowed_words;      /* ceil(V / 32) (one mask for every token) or tokens x that (one per token) */
+} lmhead_sampling_options;
+LMHEAD_C_API void lmhead_sampling_options_init(lmhead_sampling_options* options);
+
 typedef struct lmhead_run_options {
   size_t size;       /* sizeof(lmhead_run_options) */
   int input;         /* enum lmhead_input_kind */
@@ -126,6 +146,8 @@ typedef struct lmhead_run_options {
   int softcap;       /* enum lmhead_softcap_route */
   int top_k;         /* 0: argmax only */
   int logprobs;      /* nonzero: log-softmax of the argmax and of the top-k */
+  /* Added in 0.2.0 (a caller with 0.1.0's size keeps the default): */
+  const lmhead_sampling_options* sampling;  /* NULL: lmhead_run_outputs.sampled is the argmax */
 } lmhead_run_options;
 LMHEAD_C_API void lmhead_run_options_init(lmhead_run_options* options);
 
@@ -140,6 +162,8 @@ typedef struct lmhead_run_outputs {
   float* top_k_values;      /* [T, top_k] */
   float* top_k_logprobs;    /* [T, top_k] needs options.logprobs */
   float* logits;            /* [T, V] capped logits */
+  /* Added in 0.2.0 (a caller with 0.1.0's size wants none of these): */
+  int32_t* sampled;         /* [T] the token options.sampling chose (the argmax without it) */
 } lmhead_run_outputs;
 
 /* options NULL: the defaults (argmax of the q8 route with the node-per-op cap). */
@@ -153,6 +177,19 @@ LMHEAD_C_API int lmhead_engine_run_ex(lmhead_engine* engine, const float* hidden
 LMHEAD_C_API int lmhead_engine_run_device(lmhead_engine* engine, const float* device_hidden, int tokens,
                                           void* cuda_stream, const lmhead_run_options* options,
                                           lmhead_run_outputs* outputs);
+
+/* Speculative verification: hidden holds drafts + 1 rows of tokens x hidden floats, row j the
+ * state after draft token j - 1 (row 0 the state before the first draft), drawn at positions
+ * sampling->position + j. Greedy (options NULL, no sampling, or temperature 0): a draft token is
+ * accepted while it equals that row's greedy choice. Temperature > 0 without draft_probs: while it
+ * equals the token lmhead_engine_run_ex would sample there. With draft_probs (drafts x vocab
+ * probabilities of the draft model, rows summing to 1): accepted with probability min(1, p / q); on
+ * a rejection `next` is drawn from max(0, p - q) normalized, so the tokens follow the target's
+ * distribution. accepted: how many draft tokens were accepted (0..drafts); next: the token after
+ * them (a correction, or the last row's token when every draft was accepted). drafts may be 0. */
+LMHEAD_C_API int lmhead_engine_verify(lmhead_engine* engine, const float* hidden, const int32_t* draft, int drafts,
+                                      const float* draft_probs, const lmhead_run_options* options, int* accepted,
+                                      int32_t* next);
 
 #ifdef __cplusplus
 }

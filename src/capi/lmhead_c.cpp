@@ -3,6 +3,8 @@
 #include "lmhead/lmhead.h"
 
 #include <cmath>
+#include <cstddef>
+#include <initializer_list>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -11,6 +13,8 @@
 #include <vector>
 
 #include "lmhead/lmhead.hpp"
+#include "sample/sampler.hpp"
+#include "sample/verify.hpp"
 
 struct lmhead_model {
   std::shared_ptr<const lmhead::Model> model;
@@ -56,17 +60,33 @@ int guarded(int code, F&& f) {
   }
 }
 
-// A struct that starts with its own size: v1 is the only layout so far, so any other size is a
-// caller built against a header this library does not know. When a field is added, sizes from
-// v1's up to the new one are accepted and the missing tail keeps its defaults.
+// A struct that starts with its own size. `earlier`: the sizes of its layouts before fields were
+// appended (a caller built against an older header); any other size is a caller built against a
+// header this library does not know.
 template <class T>
-bool known_size(const T* s, const char* what) {
+bool known_size(const T* s, const char* what, std::initializer_list<size_t> earlier = {}) {
   if (s->size == sizeof(T)) return true;
+  for (size_t e : earlier)
+    if (s->size == e) return true;
   fail(LMHEAD_ERR_ARGUMENT, std::string(what) + ".size is " + std::to_string(s->size) + ", this library (lmhead " +
                                 lmhead_version() + ") knows " + std::to_string(sizeof(T)) +
                                 ": set it to sizeof(" + what + ") and rebuild against this library's lmhead.h");
   return false;
 }
+
+// The caller's struct as this library's layout: the fields its size covers, the defaults already in
+// `out` for the tail an older header did not have.
+template <class T>
+bool read_sized(const T* s, const char* what, std::initializer_list<size_t> earlier, T& out) {
+  if (!known_size(s, what, earlier)) return false;
+  std::memcpy(static_cast<void*>(&out), s, s->size);
+  out.size = sizeof(T);
+  return true;
+}
+
+// The layouts of lmhead 0.1.0, before sampling was added.
+constexpr size_t kRunOptionsV1 = offsetof(lmhead_run_options, sampling);
+constexpr size_t kRunOutputsV1 = offsetof(lmhead_run_outputs, sampled);
 
 }  // namespace
 
@@ -185,6 +205,13 @@ void lmhead_run_options_init(lmhead_run_options* options) {
   options->size = sizeof *options;
 }
 
+void lmhead_sampling_options_init(lmhead_sampling_options* options) {
+  if (!options) return;
+  std::memset(options, 0, sizeof *options);
+  options->size = sizeof *options;
+  options->top_p = 1.0f;
+}
+
 int lmhead_engine_run(lmhead_engine* engine, const float* hidden, int tokens, int32_t* argmax, float* logits) {
   lmhead_run_outputs o;
   std::memset(&o, 0, sizeof o);
@@ -217,39 +244,72 @@ int lmhead_engine_run_device(lmhead_engine* engine, const float* device_hidden, 
 }  // extern "C"
 
 namespace {
+
+// The run options in the engine's terms (`options` already read into this library's layout).
+// Returns LMHEAD_OK or the code of what it refused (with the message set).
+int to_run_options(const lmhead_run_options& options, const lmhead::HeadConfig& c, int tokens, lmhead::RunOptions& ro) {
+  switch (options.input) {
+    case LMHEAD_INPUT_HIDDEN: ro.input = lmhead::InputKind::hidden; break;
+    case LMHEAD_INPUT_NORMED: ro.input = lmhead::InputKind::normed; break;
+    default: return fail(LMHEAD_ERR_ARGUMENT, "unknown input kind " + std::to_string(options.input) + " (LMHEAD_INPUT_*)");
+  }
+  switch (options.activations) {
+    case LMHEAD_ACTIVATIONS_Q8: ro.activations = lmhead::ActivationRoute::q8; break;
+    case LMHEAD_ACTIVATIONS_F32: ro.activations = lmhead::ActivationRoute::f32; break;
+    default: return fail(LMHEAD_ERR_ARGUMENT, "unknown activation route " + std::to_string(options.activations) + " (LMHEAD_ACTIVATIONS_*)");
+  }
+  switch (options.softcap) {
+    case LMHEAD_SOFTCAP_NODES: ro.softcap = lmhead::SoftcapRoute::nodes; break;
+    case LMHEAD_SOFTCAP_FUSED: ro.softcap = lmhead::SoftcapRoute::fused; break;
+    default: return fail(LMHEAD_ERR_ARGUMENT, "unknown soft-cap route " + std::to_string(options.softcap) + " (LMHEAD_SOFTCAP_*)");
+  }
+  ro.top_k = options.top_k;
+  ro.logprobs = options.logprobs != 0;
+  if (ro.top_k < 0 || ro.top_k > c.vocab)
+    return fail(LMHEAD_ERR_ARGUMENT, "top-k must be between 0 and the vocabulary size " + std::to_string(c.vocab) +
+                                         ", got " + std::to_string(ro.top_k));
+  if (const lmhead_sampling_options* in = options.sampling) {
+    if (!known_size(in, "lmhead_sampling_options")) return LMHEAD_ERR_ARGUMENT;
+    lmhead::SamplingOptions& o = ro.sampling;
+    o.temperature = in->temperature;
+    o.top_k = in->top_k;
+    o.top_p = in->top_p;
+    o.min_p = in->min_p;
+    o.seed = in->seed;
+    o.position = in->position;
+    if (in->bias_count > 0 && (!in->bias_ids || !in->bias_values))
+      return fail(LMHEAD_ERR_ARGUMENT, "sampling.bias_count is " + std::to_string(in->bias_count) +
+                                           " but bias_ids or bias_values is NULL");
+    for (size_t i = 0; i < in->bias_count; ++i) o.logit_bias.emplace_back(in->bias_ids[i], in->bias_values[i]);
+    if ((in->allowed == nullptr) != (in->allowed_words == 0))
+      return fail(LMHEAD_ERR_ARGUMENT, "sampling.allowed and sampling.allowed_words go together: allowed is " +
+                                           std::string(in->allowed ? "set" : "NULL") + ", allowed_words " +
+                                           std::to_string(in->allowed_words));
+    if (in->allowed) o.allowed.assign(in->allowed, in->allowed + in->allowed_words);
+    // Option values out of range, a bias id outside the vocabulary, a mask of the wrong length.
+    if (const int rc = guarded(LMHEAD_ERR_ARGUMENT, [&] { lmhead::sample::validate(o, c.vocab, tokens); })) return rc;
+  }
+  return LMHEAD_OK;
+}
+
+// on_device: hidden is GPU memory written on cuda_stream (lmhead_engine_run_device).
 int run_checked(lmhead_engine* engine, const float* hidden, int tokens, const lmhead_run_options* options,
-                lmhead_run_outputs* outputs, bool on_device, void* cuda_stream) {
+                lmhead_run_outputs* caller_outputs, bool on_device, void* cuda_stream) {
   if (!engine) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_run: engine is NULL");
   if (!hidden) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_run: hidden is NULL");
-  if (!outputs) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_run: outputs is NULL");
-  if (!known_size(outputs, "lmhead_run_outputs")) return LMHEAD_ERR_ARGUMENT;
-  if (options && !known_size(options, "lmhead_run_options")) return LMHEAD_ERR_ARGUMENT;
+  if (!caller_outputs) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_run: outputs is NULL");
+  lmhead_run_outputs out;
+  std::memset(&out, 0, sizeof out);
+  if (!read_sized(caller_outputs, "lmhead_run_outputs", {kRunOutputsV1}, out)) return LMHEAD_ERR_ARGUMENT;
+  const lmhead_run_outputs* outputs = &out;
+  lmhead_run_options opts;
+  lmhead_run_options_init(&opts);
+  if (options && !read_sized(options, "lmhead_run_options", {kRunOptionsV1}, opts)) return LMHEAD_ERR_ARGUMENT;
   const lmhead::HeadConfig& c = engine->model->config();
   if (tokens <= 0) return fail(LMHEAD_ERR_INPUT, "lmhead_engine_run: tokens must be positive, got " + std::to_string(tokens));
 
   lmhead::RunOptions ro;
-  if (options) {
-    switch (options->input) {
-      case LMHEAD_INPUT_HIDDEN: ro.input = lmhead::InputKind::hidden; break;
-      case LMHEAD_INPUT_NORMED: ro.input = lmhead::InputKind::normed; break;
-      default: return fail(LMHEAD_ERR_ARGUMENT, "unknown input kind " + std::to_string(options->input) + " (LMHEAD_INPUT_*)");
-    }
-    switch (options->activations) {
-      case LMHEAD_ACTIVATIONS_Q8: ro.activations = lmhead::ActivationRoute::q8; break;
-      case LMHEAD_ACTIVATIONS_F32: ro.activations = lmhead::ActivationRoute::f32; break;
-      default: return fail(LMHEAD_ERR_ARGUMENT, "unknown activation route " + std::to_string(options->activations) + " (LMHEAD_ACTIVATIONS_*)");
-    }
-    switch (options->softcap) {
-      case LMHEAD_SOFTCAP_NODES: ro.softcap = lmhead::SoftcapRoute::nodes; break;
-      case LMHEAD_SOFTCAP_FUSED: ro.softcap = lmhead::SoftcapRoute::fused; break;
-      default: return fail(LMHEAD_ERR_ARGUMENT, "unknown soft-cap route " + std::to_string(options->softcap) + " (LMHEAD_SOFTCAP_*)");
-    }
-    ro.top_k = options->top_k;
-    ro.logprobs = options->logprobs != 0;
-  }
-  if (ro.top_k < 0 || ro.top_k > c.vocab)
-    return fail(LMHEAD_ERR_ARGUMENT, "top-k must be between 0 and the vocabulary size " + std::to_string(c.vocab) +
-                                         ", got " + std::to_string(ro.top_k));
+  if (const int rc = to_run_options(opts, c, tokens, ro)) return rc;
   if ((outputs->top_k_ids || outputs->top_k_values || outputs->top_k_logprobs) && ro.top_k == 0)
     return fail(LMHEAD_ERR_ARGUMENT, "top-k outputs given but options.top_k is 0");
   if ((outputs->logprob || outputs->top_k_logprobs) && !ro.logprobs)
@@ -271,6 +331,7 @@ int run_checked(lmhead_engine* engine, const float* hidden, int tokens, const lm
     if (outputs->value) outputs->value[t] = ch.value;
     if (outputs->logprob) outputs->logprob[t] = ch.logprob;
     if (outputs->tie_count) outputs->tie_count[t] = ch.tie_count;
+    if (outputs->sampled) outputs->sampled[t] = ch.sampled;
     for (size_t j = 0; j < k && j < ch.top.size(); ++j) {
       const size_t at = static_cast<size_t>(t) * k + j;
       if (outputs->top_k_ids) outputs->top_k_ids[at] = ch.top[j].id;
@@ -283,3 +344,35 @@ int run_checked(lmhead_engine* engine, const float* hidden, int tokens, const lm
 }
 }  // namespace
 
+extern "C" {
+
+int lmhead_engine_verify(lmhead_engine* engine, const float* hidden, const int32_t* draft, int drafts,
+                         const float* draft_probs, const lmhead_run_options* options, int* accepted, int32_t* next) {
+  if (!engine) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_verify: engine is NULL");
+  if (!hidden) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_verify: hidden is NULL");
+  if (!accepted || !next) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_verify: accepted or next is NULL");
+  if (drafts < 0) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_verify: drafts must be 0 or more, got " + std::to_string(drafts));
+  if (drafts > 0 && !draft) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_verify: drafts > 0 but draft is NULL");
+  lmhead_run_options opts;
+  lmhead_run_options_init(&opts);
+  if (options && !read_sized(options, "lmhead_run_options", {kRunOptionsV1}, opts)) return LMHEAD_ERR_ARGUMENT;
+  const lmhead::HeadConfig& c = engine->model->config();
+  const int rows = drafts + 1;
+  lmhead::RunOptions ro;
+  if (const int rc = to_run_options(opts, c, rows, ro)) return rc;
+  const std::span<const int32_t> draft_ids(draft, static_cast<size_t>(drafts));
+  std::span<const float> probs;
+  if (draft_probs) probs = {draft_probs, static_cast<size_t>(drafts) * static_cast<size_t>(c.vocab)};
+  if (const int rc = guarded(LMHEAD_ERR_ARGUMENT, [&] { lmhead::sample::validate_draft(c.vocab, draft_ids, probs); }))
+    return rc;
+  lmhead::VerifyResult v;
+  const int rc = guarded(LMHEAD_ERR_RUNTIME, [&] {
+    v = engine->engine->verify({hidden, static_cast<size_t>(rows) * static_cast<size_t>(c.hidden)}, draft_ids, ro, probs);
+  });
+  if (rc) return rc;
+  *accepted = v.accepted;
+  *next = v.next;
+  return LMHEAD_OK;
+}
+
+}  // extern "C"

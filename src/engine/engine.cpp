@@ -264,6 +264,7 @@ VerifyResult Engine::verify(std::span<const float> hidden, std::span<const int32
                 " hidden rows (one per draft token plus one for the token after them), got " +
                 std::to_string(hidden.size()) + " values = " + std::to_string(double(hidden.size()) / double(c.hidden)) +
                 " rows of " + std::to_string(c.hidden));
+  sample::validate_draft(c.vocab, draft, draft_probs);  // before the head runs, not after
   RunOptions o = options;
   // Only the rejection rule reads the logits (p of every id); otherwise the rows' own draws decide.
   o.want_logits = options.want_logits || !draft_probs.empty();

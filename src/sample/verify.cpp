@@ -9,10 +9,8 @@
 
 namespace lmhead::sample {
 
-Verdict verify(const float* logits, int64_t V, std::span<const int32_t> draft, const SamplingOptions& o,
-               std::span<const float> q, std::span<const int32_t> drawn) {
+void validate_draft(int64_t V, std::span<const int32_t> draft, std::span<const float> q) {
   const int n = int(draft.size());
-  if (drawn.size() != size_t(n) + 1) throw Error("verification needs the target's draw at every row");
   for (int j = 0; j < n; ++j)
     if (draft[j] < 0 || draft[j] >= V)
       throw Error("draft token " + std::to_string(j) + " is id " + std::to_string(draft[j]) +
@@ -26,6 +24,13 @@ Verdict verify(const float* logits, int64_t V, std::span<const int32_t> draft, c
         throw Error("draft probability of draft " + std::to_string(i / size_t(V)) + ", id " +
                     std::to_string(i % size_t(V)) + " is " + std::to_string(q[i]) + " (must be finite and >= 0)");
   }
+}
+
+Verdict verify(const float* logits, int64_t V, std::span<const int32_t> draft, const SamplingOptions& o,
+               std::span<const float> q, std::span<const int32_t> drawn) {
+  const int n = int(draft.size());
+  if (drawn.size() != size_t(n) + 1) throw Error("verification needs the target's draw at every row");
+  validate_draft(V, draft, q);
   Verdict v;
   for (int j = 0; j < n; ++j) {
     const int64_t position = o.position + j;
