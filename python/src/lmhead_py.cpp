@@ -8,6 +8,7 @@
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
@@ -15,12 +16,16 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "compare_py.hpp"
 #include "ndarray_util.hpp"
 #include "lmhead/lmhead.hpp"
+#include "sample/sampler.hpp"
+#include "sample/verify.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -55,7 +60,7 @@ struct PyOutput {
   bool has_logprobs = false;
   bool has_logits = false;
   int64_t vocab = 0;
-  std::vector<int32_t> ids;
+  std::vector<int32_t> ids, sampled;
   std::vector<float> values, logprobs;
   std::vector<int64_t> ties;
   std::vector<int32_t> top_ids;
@@ -83,17 +88,24 @@ E parse_option(std::string_view name, std::string_view value, const char* choice
   return out;
 }
 
-// stream: the cudaStream_t (as an integer) whose work wrote a CUDA `hidden`; 0: the legacy default.
-nb::object run(nb::handle self_handle, nb::handle hidden, int top_k, bool logprobs, bool logits,
-               std::string_view activations, std::string_view softcap, std::string_view input, uintptr_t stream) {
-  PyEngine& self = nb::cast<PyEngine&>(self_handle);
-  const lmhead::HeadConfig& c = self.model->config();
+// The hidden rows of a call: [H] or [T, H] float32, host memory (or, for a cuda engine when
+// `device_allowed`, a CUDA array read in place). `array` keeps the caller's buffer alive.
+struct Rows {
+  nb::ndarray<nb::ro> array;
+  const float* data = nullptr;
+  int64_t tokens = 0;
+  bool on_device = false;
+  std::vector<float> gathered;  // a strided host view, gathered once
+};
 
-  nb::ndarray<nb::ro> a;
+void read_rows(PyEngine& self, nb::handle hidden, bool device_allowed, Rows& rows) {
+  const lmhead::HeadConfig& c = self.model->config();
+  nb::ndarray<nb::ro>& a = rows.array;
   if (!nb::try_cast(hidden, a, false) && !nb::try_cast(hidden, a, true))
     bad_input("hidden must be a float32 array of shape [H] or [T, H] (NumPy, PyTorch, DLPack or the buffer "
               "protocol), got an object of type " + std::string(nb::type_name(hidden.type()).c_str()));
   const bool device_rows = on_cuda(a) && self.backend == lmhead::BackendKind::cuda;
+  if (device_rows && !device_allowed) bad_input("verify reads host memory: move hidden to the host first");
   if (a.device_type() != nb::device::cpu::value && !device_rows)
     bad_input("hidden is on a device (DLPack device type " + std::to_string(a.device_type()) +
               ") this engine cannot read: give host memory" +
@@ -108,10 +120,30 @@ nb::object run(nb::handle self_handle, nb::handle hidden, int top_k, bool logpro
     bad_input("hidden has width " + std::to_string(H) + ", the model's hidden size is " + std::to_string(c.hidden));
   if (T <= 0) bad_input("hidden has no tokens (shape [0, H])");
   if (T > (1 << 30)) bad_input("hidden has " + std::to_string(T) + " tokens, more than one call takes");
+  // Zero-copy when the rows are packed; a strided host view (a slice, a transpose) is gathered once.
+  if (device_rows && !rows_packed(a, T, H))
+    bad_input("hidden on the GPU must be C-contiguous (rows of H packed): call .contiguous() first");
+  rows.data = device_rows ? static_cast<const float*>(a.data()) : packed_or_gathered<float>(a, T, H, rows.gathered);
+  rows.tokens = T;
+  rows.on_device = device_rows;
+}
+
+using U32Array = nb::ndarray<const uint32_t, nb::c_contig, nb::device::cpu>;
+using I32Array = nb::ndarray<const int32_t, nb::c_contig, nb::device::cpu>;
+using F32Array = nb::ndarray<const float, nb::c_contig, nb::device::cpu>;
+
+// The options every call shares (the Python wrapper has already made the arrays contiguous and of
+// their dtype: `allowed` uint32, None for no mask). Bad values raise InputError with the engine's
+// message.
+lmhead::RunOptions run_options(const PyEngine& self, int tokens, int top_k, bool logprobs, bool logits,
+                               std::string_view activations, std::string_view softcap, std::string_view input,
+                               float temperature, int sample_top_k, float top_p, float min_p, uint64_t seed,
+                               int64_t position, const std::vector<std::pair<int32_t, float>>& logit_bias,
+                               std::optional<U32Array> allowed) {
+  const lmhead::HeadConfig& c = self.model->config();
   if (top_k < 0 || top_k > c.vocab)
     bad_input("top_k must be between 0 and the vocabulary size " + std::to_string(c.vocab) + ", got " +
               std::to_string(top_k));
-
   lmhead::RunOptions ro;
   ro.activations = parse_option<lmhead::ActivationRoute>("activations", activations, "q8 or f32");
   ro.softcap = parse_option<lmhead::SoftcapRoute>("softcap", softcap, "nodes or fused");
@@ -119,46 +151,47 @@ nb::object run(nb::handle self_handle, nb::handle hidden, int top_k, bool logpro
   ro.top_k = top_k;
   ro.logprobs = logprobs;
   ro.want_logits = logits;
-
-  // Zero-copy when the rows are packed; a strided host view (a slice, a transpose) is gathered once.
-  const size_t n = static_cast<size_t>(T) * static_cast<size_t>(H);
-  if (device_rows && !rows_packed(a, T, H))
-    bad_input("hidden on the GPU must be C-contiguous (rows of H packed): call .contiguous() first");
-  std::vector<float> gathered;
-  const float* data = device_rows ? static_cast<const float*>(a.data()) : packed_or_gathered<float>(a, T, H, gathered);
-
-  lmhead::RunResult r;
-  {
-    nb::gil_scoped_release unlocked;
-    try {
-      // A CUDA tensor stays on the device: the engine reads it there after the stream's work.
-      r = device_rows ? self.engine->run_device(data, static_cast<int>(T), reinterpret_cast<void*>(stream), ro)
-                      : self.engine->run({data, n}, static_cast<int>(T), ro);
-    } catch (const lmhead::InputError& e) {
-      throw InputFailure{e.what()};  // a NaN or infinity in the rows: the caller's values
-    }
+  lmhead::SamplingOptions& o = ro.sampling;
+  o.temperature = temperature;
+  o.top_k = sample_top_k;
+  o.top_p = top_p;
+  o.min_p = min_p;
+  o.seed = seed;
+  o.position = position;
+  o.logit_bias = logit_bias;
+  if (allowed) o.allowed.assign(allowed->data(), allowed->data() + allowed->size());
+  try {
+    lmhead::sample::validate(o, c.vocab, tokens);
+  } catch (const lmhead::Error& e) {
+    throw InputFailure{e.what()};
   }
+  return ro;
+}
 
+nb::object make_output(lmhead::RunResult&& r, int tokens, int top_k, bool logprobs, bool logits, int64_t vocab) {
   auto out = std::make_unique<PyOutput>();
-  out->tokens = static_cast<int>(T);
+  const size_t T = static_cast<size_t>(tokens);
+  out->tokens = tokens;
   out->top_k = top_k;
   out->has_logprobs = logprobs;
   out->has_logits = logits;
-  out->vocab = c.vocab;
+  out->vocab = vocab;
   out->backend = std::move(r.backend);
-  out->ids.resize(static_cast<size_t>(T));
-  out->values.resize(static_cast<size_t>(T));
-  out->ties.resize(static_cast<size_t>(T));
-  if (logprobs) out->logprobs.resize(static_cast<size_t>(T));
+  out->ids.resize(T);
+  out->sampled.resize(T);
+  out->values.resize(T);
+  out->ties.resize(T);
+  if (logprobs) out->logprobs.resize(T);
   if (top_k > 0) {
-    out->top_ids.resize(static_cast<size_t>(T) * top_k);
-    out->top_values.resize(static_cast<size_t>(T) * top_k);
-    if (logprobs) out->top_logprobs.resize(static_cast<size_t>(T) * top_k);
+    out->top_ids.resize(T * top_k);
+    out->top_values.resize(T * top_k);
+    if (logprobs) out->top_logprobs.resize(T * top_k);
   }
-  out->tied_ids.resize(static_cast<size_t>(T));
-  for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
+  out->tied_ids.resize(T);
+  for (size_t t = 0; t < T; ++t) {
     const lmhead::TokenChoice& ch = r.choices[t];
     out->ids[t] = ch.argmax;
+    out->sampled[t] = ch.sampled;
     out->values[t] = ch.value;
     out->ties[t] = ch.tie_count;
     if (ch.tie_count > 1) out->tied_ids[t] = ch.tied_ids;
@@ -171,6 +204,88 @@ nb::object run(nb::handle self_handle, nb::handle hidden, int top_k, bool logpro
   }
   if (logits) out->logits = std::move(r.logits);
   return nb::cast(out.release(), nb::rv_policy::take_ownership);
+}
+
+// stream: the cudaStream_t (as an integer) whose work wrote a CUDA `hidden`; 0: the legacy default.
+nb::object run(nb::handle self_handle, nb::handle hidden, int top_k, bool logprobs, bool logits,
+               std::string_view activations, std::string_view softcap, std::string_view input, uintptr_t stream,
+               float temperature, int sample_top_k, float top_p, float min_p, uint64_t seed, int64_t position,
+               const std::vector<std::pair<int32_t, float>>& logit_bias, std::optional<U32Array> allowed) {
+  PyEngine& self = nb::cast<PyEngine&>(self_handle);
+  Rows rows;
+  read_rows(self, hidden, true, rows);
+  const int T = static_cast<int>(rows.tokens);
+  const lmhead::RunOptions ro = run_options(self, T, top_k, logprobs, logits, activations, softcap, input, temperature,
+                                            sample_top_k, top_p, min_p, seed, position, logit_bias, allowed);
+  const size_t n = static_cast<size_t>(T) * static_cast<size_t>(self.model->config().hidden);
+  lmhead::RunResult r;
+  {
+    nb::gil_scoped_release unlocked;
+    try {
+      // A CUDA tensor stays on the device: the engine reads it there after the stream's work.
+      r = rows.on_device ? self.engine->run_device(rows.data, T, reinterpret_cast<void*>(stream), ro)
+                         : self.engine->run({rows.data, n}, T, ro);
+    } catch (const lmhead::InputError& e) {
+      throw InputFailure{e.what()};  // a NaN or infinity in the rows: the caller's values
+    }
+  }
+  return make_output(std::move(r), T, top_k, logprobs, logits, self.model->config().vocab);
+}
+
+struct PyVerification {
+  int accepted = 0;
+  int32_t next = -1;
+  std::vector<int32_t> target;
+  nb::object run;
+};
+
+// Speculative verification: hidden holds len(draft) + 1 host rows; draft_probs None or
+// [len(draft), V] float32 (the wrapper has made both contiguous).
+PyVerification verify(nb::handle self_handle, nb::handle hidden, I32Array draft, std::optional<F32Array> draft_probs,
+                      int top_k, bool logprobs, bool logits, std::string_view activations, std::string_view softcap,
+                      std::string_view input, float temperature, int sample_top_k, float top_p, float min_p,
+                      uint64_t seed, int64_t position, const std::vector<std::pair<int32_t, float>>& logit_bias,
+                      std::optional<U32Array> allowed) {
+  PyEngine& self = nb::cast<PyEngine&>(self_handle);
+  const lmhead::HeadConfig& c = self.model->config();
+  Rows rows;
+  read_rows(self, hidden, false, rows);
+  const int T = static_cast<int>(rows.tokens);
+  if (draft.ndim() != 1) bad_input("draft must be a 1-D array of token ids, got " + std::to_string(draft.ndim()) + " dimensions");
+  const size_t drafts = draft.shape(0);
+  if (static_cast<int64_t>(drafts) + 1 != rows.tokens)
+    bad_input("verification of " + std::to_string(drafts) + " draft tokens needs " + std::to_string(drafts + 1) +
+              " hidden rows (one per draft token plus one for the token after them), got " + std::to_string(T));
+  std::span<const float> probs;
+  if (draft_probs) {
+    if (draft_probs->ndim() != 2 || draft_probs->shape(0) != drafts || static_cast<int64_t>(draft_probs->shape(1)) != c.vocab)
+      bad_input("draft_probs must be float32 [" + std::to_string(drafts) + ", " + std::to_string(c.vocab) +
+                "] (one row of the draft model's probabilities per draft token)");
+    probs = {draft_probs->data(), draft_probs->size()};
+  }
+  const std::span<const int32_t> ids(draft.data(), drafts);
+  try {
+    lmhead::sample::validate_draft(c.vocab, ids, probs);
+  } catch (const lmhead::Error& e) {
+    throw InputFailure{e.what()};
+  }
+  const lmhead::RunOptions ro = run_options(self, T, top_k, logprobs, logits, activations, softcap, input, temperature,
+                                            sample_top_k, top_p, min_p, seed, position, logit_bias, allowed);
+  lmhead::VerifyResult v;
+  {
+    nb::gil_scoped_release unlocked;
+    try {
+      v = self.engine->verify({rows.data, static_cast<size_t>(T) * static_cast<size_t>(c.hidden)}, ids, ro, probs);
+    } catch (const lmhead::InputError& e) {
+      throw InputFailure{e.what()};
+    }
+  }
+  PyVerification out;
+  out.accepted = v.accepted;
+  out.next = v.next;
+  out.target = std::move(v.target);
+  out.run = make_output(std::move(v.run), T, top_k, logprobs, logits, c.vocab);
+  return out;
 }
 
 }  // namespace
@@ -305,11 +420,29 @@ NB_MODULE(_lmhead, m) {
            },
            "hidden"_a, "runs"_a)
       .def("_run", &run, "hidden"_a, "top_k"_a = 0, "logprobs"_a = false, "logits"_a = false,
-           "activations"_a = "q8", "softcap"_a = "nodes", "input"_a = "hidden", "stream"_a = 0);
+           "activations"_a = "q8", "softcap"_a = "nodes", "input"_a = "hidden", "stream"_a = 0,
+           "temperature"_a = 0.0f, "sample_top_k"_a = 0, "top_p"_a = 1.0f, "min_p"_a = 0.0f, "seed"_a = 0,
+           "position"_a = 0, "logit_bias"_a = std::vector<std::pair<int32_t, float>>{}, "allowed"_a = nb::none())
+      .def("_verify", &verify, "hidden"_a, "draft"_a, "draft_probs"_a = nb::none(), "top_k"_a = 0,
+           "logprobs"_a = false, "logits"_a = false, "activations"_a = "q8", "softcap"_a = "nodes",
+           "input"_a = "hidden", "temperature"_a = 0.0f, "sample_top_k"_a = 0, "top_p"_a = 1.0f, "min_p"_a = 0.0f,
+           "seed"_a = 0, "position"_a = 0, "logit_bias"_a = std::vector<std::pair<int32_t, float>>{},
+           "allowed"_a = nb::none());
+
+  nb::class_<PyVerification>(m, "Verification")
+      .def_ro("accepted", &PyVerification::accepted, "how many draft tokens the target accepted")
+      .def_ro("next", &PyVerification::next, "the target's token after them (a correction, or the bonus token)")
+      .def_ro("target", &PyVerification::target, "the target's own choice at each position checked (accepted + 1)")
+      .def_ro("run", &PyVerification::run, "the RunOutput over all drafts + 1 rows")
+      .def("__repr__", [](const PyVerification& v) {
+        return "Verification(accepted=" + std::to_string(v.accepted) + ", next=" + std::to_string(v.next) + ")";
+      });
 
   nb::class_<PyOutput>(m, "RunOutput")
       .def_prop_ro("tokens", [](nb::handle h) { auto& o = nb::cast<PyOutput&>(h); return view(h, o.ids, {o.ids.size()}); },
                    "int32 [T]: the argmax of each token (lowest id on a tie)")
+      .def_prop_ro("sampled", [](nb::handle h) { auto& o = nb::cast<PyOutput&>(h); return view(h, o.sampled, {o.sampled.size()}); },
+                   "int32 [T]: the token the sampling options chose (the argmax without them)")
       .def_prop_ro("values", [](nb::handle h) { auto& o = nb::cast<PyOutput&>(h); return view(h, o.values, {o.values.size()}); },
                    "float32 [T]: the argmax's capped logit")
       .def_prop_ro("ties", [](nb::handle h) { auto& o = nb::cast<PyOutput&>(h); return view(h, o.ties, {o.ties.size()}); },

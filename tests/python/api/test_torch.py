@@ -58,6 +58,28 @@ def test_custom_op_eager_and_opcheck(model, hidden):
                           test_utils=("test_schema", "test_faketensor"))
 
 
+def test_sampling_op_draws_the_engines_tokens(model, hidden):
+    head = LMHead(model)
+    e = lmhead.Engine(model)
+    options = {"temperature": 0.8, "top_p": 0.9, "seed": 3, "position": 10}
+    want = e.run(hidden.numpy(), logits=True, logit_bias={5: 2.0}, **options)
+    tokens, logits = head(hidden, logits=True, logit_bias={5: 2.0}, **options)
+    assert tokens.dtype == torch.int32 and tokens.tolist() == want.sampled.tolist()
+    assert logits.numpy().tobytes() == want.logits.tobytes()
+    mask = torch.zeros(model.vocab // 32, dtype=torch.int32)
+    mask[2] = 1 << 4  # id 68 alone, as an int32 bitmask (xgrammar's dtype)
+    assert head(hidden, temperature=1.0, allowed=mask).tolist() == [68] * hidden.shape[0]
+    assert head(hidden).tolist() == want.tokens.tolist()  # no options: the argmax
+    ids, values = torch.tensor([5], dtype=torch.int32), torch.tensor([2.0])
+    torch.library.opcheck(torch.ops.lmhead.sample.default,
+                          (hidden, head.handle, True, 0.8, 0, 0.9, 0.0, 3, 10, None, ids, values),
+                          test_utils=("test_schema", "test_faketensor"))
+    compiled = torch.compile(lambda x, p: head(x, temperature=0.8, top_p=0.9, seed=3, position=p),
+                             fullgraph=True, backend="aot_eager")
+    for p in (10, 11):  # a new position per decode step
+        assert compiled(hidden, p).tolist() == e.run(hidden.numpy(), **{**options, "position": p}).sampled.tolist()
+
+
 def test_torch_compile_traces_the_op(model, hidden):
     head = LMHead(model)
 
