@@ -53,12 +53,16 @@ def run(hidden: torch.Tensor, engine: int, want_logits: bool) -> tuple[torch.Ten
     """hidden float32 [H] or [T, H] -> (tokens int32 [T], logits float32 [T, V] or [T, 0])."""
     eng, _ = _lookup(engine)
     out = eng.run(hidden.detach(), logits=want_logits)
-    tokens = torch.from_numpy(out.tokens).to(hidden.device)
+    return _as_tensors(out.tokens, out, want_logits, hidden.device)
+
+
+def _as_tensors(tokens, out, want_logits, device):
+    """(tokens int32 [T], logits float32 [T, V] or [T, 0]) on `device` from a RunOutput."""
     if want_logits:
-        logits = torch.from_numpy(out.logits).to(hidden.device)
+        logits = torch.from_numpy(out.logits).to(device)
     else:
-        logits = torch.empty((len(out), 0), dtype=torch.float32, device=hidden.device)
-    return tokens, logits
+        logits = torch.empty((len(out), 0), dtype=torch.float32, device=device)
+    return torch.from_numpy(tokens).to(device), logits
 
 
 @run.register_fake
@@ -88,12 +92,7 @@ def sample(hidden: torch.Tensor, engine: int, want_logits: bool, temperature: fl
         bias = list(zip(bias_ids.reshape(-1).tolist(), bias_values.reshape(-1).tolist()))
     out = eng.run(hidden.detach(), logits=want_logits, temperature=temperature, sample_top_k=top_k, top_p=top_p,
                   min_p=min_p, seed=seed, position=position, logit_bias=bias, allowed=allowed)
-    tokens = torch.from_numpy(out.sampled).to(hidden.device)
-    if want_logits:
-        logits = torch.from_numpy(out.logits).to(hidden.device)
-    else:
-        logits = torch.empty((len(out), 0), dtype=torch.float32, device=hidden.device)
-    return tokens, logits
+    return _as_tensors(out.sampled, out, want_logits, hidden.device)
 
 
 @sample.register_fake
