@@ -100,7 +100,10 @@ class Engine(_Engine):
         distribution. Verification.accepted, .next, .target and .run (the RunOutput of every row).
         """
         sampling = _sampling(temperature, sample_top_k, top_p, min_p, seed, position, logit_bias, allowed)
-        draft = np.ascontiguousarray(np.asarray(draft, dtype=np.int64).reshape(-1)).astype(np.int32)
+        ids = np.asarray(draft, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < -2**31 or ids.max() >= 2**31):
+            raise InputError(f"draft ids must fit in int32, got {ids.min()} .. {ids.max()}")
+        draft = np.ascontiguousarray(ids.astype(np.int32))
         if draft_probs is not None:
             draft_probs = np.ascontiguousarray(np.asarray(draft_probs, dtype=np.float32))
         if _on_cuda(hidden) or getattr(hidden, "requires_grad", False):

@@ -127,6 +127,8 @@ def test_bad_drafts_are_input_errors(engine):
         engine.verify(hidden, [1])
     with pytest.raises(lmhead.InputError, match="draft token 1"):
         engine.verify(hidden, [1, V])
+    with pytest.raises(lmhead.InputError, match="fit in int32"):
+        engine.verify(hidden, [1, 2**32 + 5])
     with pytest.raises(lmhead.InputError, match="draft_probs must be float32"):
         engine.verify(hidden, [1, 2], draft_probs=np.ones((1, V), dtype=np.float32))
     bad = np.ones((2, V), dtype=np.float32)
