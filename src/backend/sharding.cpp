@@ -113,9 +113,8 @@ class ShardedBackend final : public Backend {
     ForwardRequest shard_req = req;
     shard_req.logprobs = false;
     shard_req.sampling = nullptr;
-    shard_req.want_logits = req.want_logits || req.logprobs || req.sampling != nullptr;
-    ForwardRequest place_req = shard_req;
-    place_req.want_logits = req.want_logits || req.logprobs;
+    const bool place_logits = req.want_logits || req.logprobs;
+    shard_req.want_logits = place_logits || req.sampling != nullptr;
     std::vector<ForwardOutput> outs(n);
     std::vector<std::exception_ptr> errors(n);
     {
@@ -139,8 +138,8 @@ class ShardedBackend final : public Backend {
     out.stages = {};
     for (int s = 0; s < n; ++s) {
       merge_shard_summaries(out.summaries, outs[s].summaries, bounds_[s], req.top_k);
-      if (place_req.want_logits || req.want_stages)
-        place_shard_outputs(out, outs[s], place_req, tokens, V, bounds_[s], bounds_[s + 1] - bounds_[s]);
+      if (place_logits || req.want_stages)
+        place_shard_outputs(out, outs[s], req, tokens, V, bounds_[s], bounds_[s + 1] - bounds_[s]);
     }
     out.sum_exp.assign(req.logprobs ? tokens : 0, 0.0);
     for (int t = 0; t < int(out.sum_exp.size()); ++t)

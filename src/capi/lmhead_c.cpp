@@ -245,9 +245,14 @@ int lmhead_engine_run_device(lmhead_engine* engine, const float* device_hidden, 
 
 namespace {
 
-// The run options in the engine's terms (`options` already read into this library's layout).
-// Returns LMHEAD_OK or the code of what it refused (with the message set).
-int to_run_options(const lmhead_run_options& options, const lmhead::HeadConfig& c, int tokens, lmhead::RunOptions& ro) {
+// The caller's run options (NULL: the defaults) in the engine's terms. Returns LMHEAD_OK or the
+// code of what it refused (with the message set).
+int to_run_options(const lmhead_run_options* caller_options, const lmhead::HeadConfig& c, int tokens,
+                   lmhead::RunOptions& ro) {
+  lmhead_run_options options;
+  lmhead_run_options_init(&options);
+  if (caller_options && !read_sized(caller_options, "lmhead_run_options", {kRunOptionsV1}, options))
+    return LMHEAD_ERR_ARGUMENT;
   switch (options.input) {
     case LMHEAD_INPUT_HIDDEN: ro.input = lmhead::InputKind::hidden; break;
     case LMHEAD_INPUT_NORMED: ro.input = lmhead::InputKind::normed; break;
@@ -302,14 +307,11 @@ int run_checked(lmhead_engine* engine, const float* hidden, int tokens, const lm
   std::memset(&out, 0, sizeof out);
   if (!read_sized(caller_outputs, "lmhead_run_outputs", {kRunOutputsV1}, out)) return LMHEAD_ERR_ARGUMENT;
   const lmhead_run_outputs* outputs = &out;
-  lmhead_run_options opts;
-  lmhead_run_options_init(&opts);
-  if (options && !read_sized(options, "lmhead_run_options", {kRunOptionsV1}, opts)) return LMHEAD_ERR_ARGUMENT;
   const lmhead::HeadConfig& c = engine->model->config();
   if (tokens <= 0) return fail(LMHEAD_ERR_INPUT, "lmhead_engine_run: tokens must be positive, got " + std::to_string(tokens));
 
   lmhead::RunOptions ro;
-  if (const int rc = to_run_options(opts, c, tokens, ro)) return rc;
+  if (const int rc = to_run_options(options, c, tokens, ro)) return rc;
   if ((outputs->top_k_ids || outputs->top_k_values || outputs->top_k_logprobs) && ro.top_k == 0)
     return fail(LMHEAD_ERR_ARGUMENT, "top-k outputs given but options.top_k is 0");
   if ((outputs->logprob || outputs->top_k_logprobs) && !ro.logprobs)
@@ -353,13 +355,10 @@ int lmhead_engine_verify(lmhead_engine* engine, const float* hidden, const int32
   if (!accepted || !next) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_verify: accepted or next is NULL");
   if (drafts < 0) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_verify: drafts must be 0 or more, got " + std::to_string(drafts));
   if (drafts > 0 && !draft) return fail(LMHEAD_ERR_ARGUMENT, "lmhead_engine_verify: drafts > 0 but draft is NULL");
-  lmhead_run_options opts;
-  lmhead_run_options_init(&opts);
-  if (options && !read_sized(options, "lmhead_run_options", {kRunOptionsV1}, opts)) return LMHEAD_ERR_ARGUMENT;
   const lmhead::HeadConfig& c = engine->model->config();
   const int rows = drafts + 1;
   lmhead::RunOptions ro;
-  if (const int rc = to_run_options(opts, c, rows, ro)) return rc;
+  if (const int rc = to_run_options(options, c, rows, ro)) return rc;
   const std::span<const int32_t> draft_ids(draft, static_cast<size_t>(drafts));
   std::span<const float> probs;
   if (draft_probs) probs = {draft_probs, static_cast<size_t>(drafts) * static_cast<size_t>(c.vocab)};

@@ -83,12 +83,16 @@ int bench(const BenchArgs& a) {
     single.shards = 0;
     one_gpu = std::make_unique<Engine>(model, single);
   }
-  // The call as asked (`plain`: the argmax-only call of the same T instead). Verification checks
-  // drafts the target accepts, so the whole verification runs.
-  auto make_call = [&](Engine& e, const std::vector<float>& hidden, int T, RunResult& last, bool plain) {
+  // The options as asked (`plain`: the argmax-only call of the same T instead).
+  auto options_for = [&](bool plain) {
     RunOptions ro = route;
     ro.top_k = static_cast<int>(std::min<int64_t>(ro.top_k, c.vocab));
     if (plain) ro.sampling = {};
+    return ro;
+  };
+  // The call as asked. Verification checks drafts the target accepts, so the whole verification runs.
+  auto make_call = [&](Engine& e, const std::vector<float>& hidden, int T, RunResult& last, bool plain) {
+    const RunOptions ro = options_for(plain);
     std::vector<int32_t> draft;
     if (a.verify && !plain) {
       const RunResult r = e.run(hidden, T, ro);
@@ -99,11 +103,13 @@ int bench(const BenchArgs& a) {
       else last = e.run(hidden, T, ro);
     };
   };
-  // Times the call and, with `compare`, the argmax-only call interleaved round by round in ABBA
+  // Times the call and, given `plain_ms`, the argmax-only call interleaved round by round in ABBA
   // order, so the machine's drift (a VM's neighbours, clocks) lands on both alike and their ratio
-  // compares like with like. Returns each kind's sorted times.
-  auto time_runs = [&](Engine& e, const std::vector<float>& hidden, int T, RunResult& last, bool with_plain,
-                       std::vector<double>* plain_ms, double* paired_ratio) {
+  // compares like with like. Returns the call's sorted times; the argmax-only call's go to
+  // `plain_ms`, the median of each round's ratio of the two to `paired_ratio`.
+  auto time_runs = [&](Engine& e, const std::vector<float>& hidden, int T, RunResult& last,
+                       std::vector<double>* plain_ms = nullptr, double* paired_ratio = nullptr) {
+    const bool with_plain = plain_ms != nullptr;
     RunResult plain_last;
     std::vector<std::function<void()>> calls = {make_call(e, hidden, T, last, false)};
     if (with_plain) calls.push_back(make_call(e, hidden, T, plain_last, true));
@@ -130,12 +136,11 @@ int bench(const BenchArgs& a) {
       *paired_ratio = ratios[ratios.size() / 2];
     }
     for (auto& v : ms) std::sort(v.begin(), v.end());
-    if (plain_ms != nullptr && with_plain) *plain_ms = ms[1];
+    if (with_plain) *plain_ms = ms[1];
     // The timed calls run without per-stage timing (on the GPU its event nodes cost a few
     // microseconds and stop the head kernel from starting under the prep); one more call reports
     // the stage split.
-    RunOptions profiled = route;
-    profiled.top_k = static_cast<int>(std::min<int64_t>(profiled.top_k, c.vocab));
+    RunOptions profiled = options_for(false);
     profiled.stage_times = true;
     last = e.run(hidden, T, profiled);
     return ms[0];
@@ -145,7 +150,7 @@ int bench(const BenchArgs& a) {
     RunResult last;
     std::vector<double> plain_ms;
     double paired = 0;
-    const std::vector<double> ms = time_runs(engine, hidden, T, last, compare, &plain_ms, &paired);
+    const std::vector<double> ms = time_runs(engine, hidden, T, last, compare ? &plain_ms : nullptr, &paired);
     const double median = ms[ms.size() / 2], lo = ms.front(), hi = ms.back();
     const double plain_median = compare ? plain_ms[plain_ms.size() / 2] : 0.0;
     const double gbps = double(c.head_bytes) / (median * 1e-3) / 1e9;
@@ -169,7 +174,7 @@ int bench(const BenchArgs& a) {
     double one_median = 0, exchange_ms = 0;
     if (one_gpu) {
       RunResult one_last;
-      const std::vector<double> one_ms = time_runs(*one_gpu, hidden, T, one_last, false, nullptr, nullptr);
+      const std::vector<double> one_ms = time_runs(*one_gpu, hidden, T, one_last);
       one_median = one_ms[one_ms.size() / 2];
       for (const StageTime& s : last.times)
         if (s.label.rfind("exchange", 0) == 0) exchange_ms += s.ms;
