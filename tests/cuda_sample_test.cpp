@@ -112,6 +112,31 @@ TEST_F(CudaSample, DeviceTokensAreTheHostSamplersTokens) {
   EXPECT_EQ(on_host, 0) << "every token of these logits is drawn on the device";
 }
 
+// 600,000 ids: more chunks (1,172) than a last block stages in shared memory, so the draw and the
+// top-p join scan the chunk masses in global memory instead.
+TEST_F(CudaSample, LargeVocabularyScansTheChunkMassesInGlobalMemory) {
+  TempDir dir;
+  constexpr int64_t V = 600000;
+  const auto model = Model::open(make_checkpoint(dir, "q8_0", V, 64, "--seed 5"));
+  auto backend = make_cuda_backend(head_view(*model), 1);
+  int on_host = 0;
+  for (float spread : {0.05f, 4.0f})
+    for (int T : {1, 4}) {
+      std::vector<float> hidden = test_hidden(T, 64, uint64_t(T) * 11 + 3);
+      for (float& x : hidden) x *= spread;
+      for (float top_p : {1.0f, 0.9f, 0.5f}) {
+        SamplingOptions o;
+        o.temperature = 1.0f;
+        o.top_p = top_p;
+        o.seed = 31 + uint64_t(T);
+        on_host += expect_host_tokens(*backend, *model, hidden, T, o, 777,
+                                      "top-p " + std::to_string(top_p) + ", spread " + std::to_string(spread) +
+                                          ", T " + std::to_string(T));
+      }
+    }
+  EXPECT_EQ(on_host, 0) << "every token of these logits is drawn on the device";
+}
+
 TEST_F(CudaSample, MasksPerTokenAndBiasChangesBetweenCalls) {
   TempDir dir;
   const auto model = Model::open(make_checkpoint(dir, "q8_0", 5000, 256, "--seed 9"));

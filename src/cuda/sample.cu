@@ -32,6 +32,9 @@ constexpr int kChunkIds = 512;  // sample::kChunk
 constexpr int kIdsPerThread = kChunkIds / kThreads;
 constexpr int kFineBins = 1024;
 constexpr int kFewCandidates = 512;  // ids of one fine bin the last block orders directly
+// Bins a last block stages in shared memory for its scans: the fine bins, and the chunk masses of a
+// vocabulary up to 524,288 ids (a larger one scans them in global memory).
+constexpr int kStageBins = 1024;
 static_assert(sizeof(SampleScratch::fine_mass) / 8 == kFineBins, "one mass per fine bin");
 
 // The k-th id of this thread in its block's chunk.
@@ -69,19 +72,44 @@ __device__ __forceinline__ Id eval(const SampleParams& p, const SampleCallParams
   return Id{z, in && isfinite(z)};
 }
 
-// The id's integer weight and rank bucket at maximum m (0 when it is out or fails min-p).
+// The integer weights and rank buckets of K ids at maximum m (weight 0 for an id that is out,
+// fails min-p or lies past the vocabulary; bucket kRankBuckets for one that is out or fails min-p),
+// straight-line: every lane runs the same instructions, where a branch per id split the warps on
+// the mask and the min-p test, and the K exp chains interleave, one constant load serving K
+// operations. An id below kZeroWeightBelow has weight 0 (weight_math.hpp): the exp runs on 0 for
+// it and the result is dropped, so the guards of sample::exp are never needed.
 struct Weighed {
   u64 w;
   int bucket;
   double z;
 };
-template <bool kBucket = true>
-__device__ __forceinline__ Weighed weigh(const SampleParams& p, const SampleCallParams& c, int t, int i, double m) {
-  const Id e = eval(p, c, t, i);
-  if (!e.in) return Weighed{0, sample::kRankBuckets, e.z};
-  const double w = sample::exp(__dadd_rn(e.z, -m));
-  if (!sample::passes_min_p(w, c.min_p)) return Weighed{0, sample::kRankBuckets, e.z};
-  return Weighed{sample::integer_weight(w), kBucket ? sample::rank_bucket(__dadd_rn(m, -e.z)) : 0, e.z};
+template <int K, bool kBucket = true>
+__device__ __forceinline__ void weigh(const SampleParams& p, const SampleCallParams& c, int t, const int (&ids)[K],
+                                      double m, Weighed (&out)[K]) {
+  double e[K], z[K];
+  bool live[K];
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    Id id{0.0, false};
+    if (ids[j] < p.vocab) id = eval(p, c, t, ids[j]);
+    const double d = __dadd_rn(id.z, -m);
+    live[j] = id.in && d >= sample::kZeroWeightBelow;
+    z[j] = id.z;
+    e[j] = live[j] ? d : 0.0;
+  }
+  sample::exp_in_range(e);
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    const bool kept = live[j] && sample::passes_min_p(e[j], c.min_p);
+    const int bucket = kBucket ? sample::rank_bucket(__dadd_rn(m, -z[j])) : 0;
+    out[j] = Weighed{kept ? sample::integer_weight(e[j]) : 0, kept ? bucket : sample::kRankBuckets, z[j]};
+  }
+}
+
+// This thread's ids of its block's chunk (chunk_id order).
+__device__ __forceinline__ void chunk_ids(int (&ids)[kIdsPerThread]) {
+#pragma unroll
+  for (int k = 0; k < kIdsPerThread; ++k) ids[k] = chunk_id(k);
 }
 
 // bins[bin] += v for every active lane, one shared-memory atomic per distinct bin of the warp:
@@ -121,29 +149,40 @@ __device__ u64 block_exclusive_scan(u64 v, u64& total) {
 }
 
 // The first of n bins (in order) whose running mass exceeds x, and the mass before it, for every
-// thread of the block; bin -1 when the bins' total is x or less. Each thread scans a run of
-// consecutive bins, so the block scan keeps the bins' order.
+// thread of the block; bin -1 when the bins' total is x or less. The bins are read from `stage`
+// (shared memory, n <= capacity) after `global` is copied there when it is not null; a block
+// that cannot stage them reads `global` where it is. The copy has every load in flight at once,
+// where a thread walking its run of global bins waited for each in turn (the last blocks'
+// critical path: performance.md). Each thread scans a run of consecutive bins, so the block scan
+// keeps the bins' order.
 struct Crossing {
   int bin;
   u64 before;
 };
-__device__ Crossing first_bin_over(const u64* bins, int n, u64 x) {
+__device__ Crossing first_bin_over(const u64* global, u64* stage, int capacity, int n, u64 x) {
   __shared__ Crossing s_cross;
+  const bool staged = stage != nullptr && n <= capacity;
+  if (staged && global != nullptr) {
+#pragma unroll 4
+    for (int b = threadIdx.x; b < n; b += kThreads) stage[b] = __ldcg(global + b);
+  }
+  const u64* bins = staged ? stage : global;
   const int per = (n + kThreads - 1) / kThreads, first = threadIdx.x * per, last = min(n, first + per);
-  u64 mine = 0;
-  for (int b = first; b < last; ++b) mine += __ldcg(bins + b);
   if (threadIdx.x == 0) s_cross = Crossing{-1, 0};
+  __syncthreads();  // the staged bins (and s_cross's reset) are visible
+  u64 mine = 0;
+  for (int b = first; b < last; ++b) mine += staged ? bins[b] : __ldcg(bins + b);
   u64 all;
-  u64 before = block_exclusive_scan(mine, all);  // its barriers publish s_cross's reset
+  u64 before = block_exclusive_scan(mine, all);
   if (before <= x && x < before + mine)
     for (int b = first; b < last; ++b) {
-      const u64 h = __ldcg(bins + b);
+      const u64 h = staged ? bins[b] : __ldcg(bins + b);
       if (x < before + h) { s_cross = Crossing{b, before}; break; }
       before += h;
     }
   __syncthreads();
   const Crossing found = s_cross;
-  __syncthreads();  // every thread has it before a next call resets it
+  __syncthreads();  // every thread has it before a next call resets it or reuses the stage
   return found;
 }
 
@@ -172,14 +211,19 @@ __device__ double token_max(const SampleParams& p, const SampleCallParams& c, in
 }
 
 // The last of the token's blocks to finish (counter `which` of its scratch) goes on; its earlier
-// blocks' global writes are visible to it after the fences.
+// blocks' global writes are visible to it after the fences. Thread 0 alone fences, after the
+// barrier that orders its block's writes before it (a fence is cumulative), as cooperative groups'
+// grid sync does: __threadfence is a sequentially consistent fence with an L1 invalidation, and
+// 256 of them per block held every block of the sampling kernels (performance.md).
 __device__ bool last_block(SampleScratch& s, int which) {
   __shared__ bool is_last;
-  __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) is_last = atomicAdd(&s.blocks_done[which], 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) {
+    __threadfence();  // release: this block's writes before its count
+    is_last = atomicAdd(&s.blocks_done[which], 1u) == gridDim.x - 1;
+    if (is_last) __threadfence();  // acquire: the other blocks' writes before this block's reads
+  }
   __syncthreads();
-  if (is_last) __threadfence();
   return is_last;
 }
 
@@ -203,27 +247,30 @@ __device__ void token_done(const SampleParams& p) {
 
 // The draw, by the last block: the target from the token's random bits, the chunk whose mass
 // holds it, then that chunk's ids in id order. `member(i, weighed)` says whether a weighed id is in
-// the final set (top-p: its bucket and rank).
+// the final set (top-p: its bucket and rank). The chunk masses are scanned in `stage` (`capacity`
+// bins of shared memory), already there when `masses_staged`, else copied from global memory.
 template <class Member>
-__device__ void draw(const SampleParams& p, const SampleCallParams& c, int t, double m, u64 total, Member member) {
+__device__ void draw(const SampleParams& p, const SampleCallParams& c, int t, double m, u64 total, Member member,
+                     u64* stage, int capacity, bool masses_staged) {
   const int chunks = (p.vocab + kChunkIds - 1) / kChunkIds;
   const u64 target = sample::draw_target(sample::random128(c.seed, c.position + t, sample::Stream::draw), total);
-  const Crossing cross = first_bin_over(p.chunk_mass + size_t(t) * chunks, chunks, target);
+  const Crossing cross =
+      first_bin_over(masses_staged ? nullptr : p.chunk_mass + size_t(t) * chunks, stage, capacity, chunks, target);
   const int chunk = cross.bin;
   if (chunk < 0) { finish(p, t, -1, kSampleOnHost); return; }  // cannot happen: the masses sum to total
   const u64 rest = target - cross.before;
   // Thread j owns ids 2j and 2j + 1 of the chunk: the scan over threads is the id-order scan.
   const int base = chunk * kChunkIds + kIdsPerThread * threadIdx.x;
+  int ids[kIdsPerThread];
+#pragma unroll
+  for (int j = 0; j < kIdsPerThread; ++j) ids[j] = base + j;
+  Weighed x[kIdsPerThread];
+  weigh(p, c, t, ids, m, x);
   u64 w[kIdsPerThread];
   u64 sum = 0;
 #pragma unroll
   for (int j = 0; j < kIdsPerThread; ++j) {
-    const int i = base + j;
-    w[j] = 0;
-    if (i < p.vocab) {
-      const Weighed x = weigh(p, c, t, i, m);
-      if (member(i, x)) w[j] = x.w;
-    }
+    w[j] = x[j].w != 0 && member(ids[j], x[j]) ? x[j].w : 0;
     sum += w[j];
   }
   __shared__ int s_found;
@@ -260,10 +307,13 @@ __global__ void __launch_bounds__(kThreads) sample_max_kernel(const SampleParams
 
 // kTopP: the per-bucket masses (p.top_p); without them the bucket is never computed.
 template <bool kTopP>
-__global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SampleParams p) {
+__global__ void __launch_bounds__(kThreads, kTopP ? 6 : 8) sample_weights_kernel(const SampleParams p) {
   pdl_launch_dependents();  // the next sampling kernel may take SMs as this one's blocks finish
   pdl_wait();                // the previous kernel's memory (logits, maximum, scratch) is visible
-  __shared__ u64 hist[sample::kRankBuckets];
+  // Top-p: the block's mass per rank bucket, then the last block's stage for the buckets' scan;
+  // without top-p the last block's stage for the chunk masses' scan.
+  constexpr int kBins = kTopP ? sample::kRankBuckets : kStageBins;
+  __shared__ u64 hist[kBins];
   const int t = blockIdx.y;
   const int chunks = (p.vocab + kChunkIds - 1) / kChunkIds;
   const SampleCallParams c = *p.call;
@@ -274,15 +324,17 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
     for (int b = threadIdx.x; b < sample::kRankBuckets; b += kThreads) hist[b] = 0;
   __syncthreads();
   u64 part = 0;
-  if (valid)
+  if (valid) {
+    int ids[kIdsPerThread];
+    chunk_ids(ids);
+    Weighed x[kIdsPerThread];
+    weigh<kIdsPerThread, kTopP>(p, c, t, ids, m, x);
 #pragma unroll
     for (int k = 0; k < kIdsPerThread; ++k) {
-      const int i = chunk_id(k);
-      Weighed x{0, 0, 0};
-      if (i < p.vocab) x = weigh<kTopP>(p, c, t, i, m);
-      part += x.w;
-      if (kTopP) add_to_bin(hist, nullptr, x.bucket, x.w, x.w != 0);
+      part += x[k].w;
+      if (kTopP) add_to_bin(hist, nullptr, x[k].bucket, x[k].w, x[k].w != 0);
     }
+  }
   u64 chunk_mass;
   block_exclusive_scan(part, chunk_mass);
   if (threadIdx.x == 0) {
@@ -303,13 +355,13 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
     return;
   }
   if (!kTopP) {
-    draw(p, c, t, m, total, [](int, const Weighed&) { return true; });
+    draw(p, c, t, m, total, [](int, const Weighed&) { return true; }, hist, kBins, false);
     token_done(p);
     return;
   }
   // Top-p: the first bucket (rank order) where the running mass reaches the target (>= 1).
   const u64 target = sample::top_p_target(total, c.top_p);
-  const Crossing cross = first_bin_over(s.hist, sample::kRankBuckets, target - 1);
+  const Crossing cross = first_bin_over(s.hist, hist, kBins, sample::kRankBuckets, target - 1);
   if (threadIdx.x == 0) {
     s.boundary = cross.bin;
     s.mass_below = cross.before;
@@ -428,22 +480,13 @@ __device__ __forceinline__ bool at_or_before(u64 key, uint32_t id, const Thresho
   return key < th.key || (key == th.key && id <= th.id);
 }
 
-// The threshold among the candidates of one fine bin, few enough to hold in shared memory: each
+// The threshold among the m candidates of one fine bin, few enough to hold in shared memory: each
 // candidate's mass before it (rank order) by a loop over the others; the one whose mass crosses
 // `rest` is the threshold. Integer sums: the loop order does not matter.
-__device__ Threshold select_in_fine_bin(const SampleCandidate* cand, int n, int fine, u64 rest) {
-  __shared__ SampleCandidate few[kFewCandidates];
-  __shared__ uint32_t s_few;
+__device__ Threshold threshold_among(const SampleCandidate* few, int m, u64 rest) {
   __shared__ Threshold s_th;
-  if (threadIdx.x == 0) {
-    s_few = 0;
-    s_th = Threshold{0, 0};  // replaced below: some candidate's mass always crosses rest
-  }
+  if (threadIdx.x == 0) s_th = Threshold{0, 0};  // replaced below: some candidate's mass always crosses rest
   __syncthreads();
-  for (int i = threadIdx.x; i < n; i += kThreads)
-    if (cand[i].fine == fine) few[atomicAdd(&s_few, 1u)] = cand[i];
-  __syncthreads();
-  const int m = int(s_few);
   for (int i = threadIdx.x; i < m; i += kThreads) {
     const SampleCandidate x = few[i];
     u64 before = 0;
@@ -452,10 +495,15 @@ __device__ Threshold select_in_fine_bin(const SampleCandidate* cand, int n, int 
     if (before < rest && rest <= before + x.weight) s_th = Threshold{x.key, uint32_t(x.id)};
   }
   __syncthreads();
-  return s_th;
+  const Threshold th = s_th;
+  __syncthreads();
+  return th;
 }
 
-__global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleParams p) {
+// Candidates each thread of the last block loads at once (all in flight before any is used).
+constexpr int kCandidateBatch = 4;
+
+__global__ void __launch_bounds__(kThreads, 5) sample_boundary_kernel(const SampleParams p) {
   pdl_launch_dependents();  // the next sampling kernel may take SMs as this one's blocks finish
   pdl_wait();                // the previous kernel's memory (logits, maximum, scratch) is visible
   const int t = blockIdx.y;
@@ -469,12 +517,13 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
   SampleCandidate* cands = p.candidates + size_t(t) * kSampleCandidates;
   u64 part = 0;  // the chunk's mass below the boundary bucket
   Weighed x[kIdsPerThread];
+  int ids[kIdsPerThread];
+  chunk_ids(ids);
+  if (valid) weigh(p, c, t, ids, m, x);
   u64 mine = 0;
 #pragma unroll
   for (int k = 0; k < kIdsPerThread; ++k) {
-    const int i = chunk_id(k);
-    x[k] = Weighed{0, sample::kRankBuckets, 0};
-    if (valid && i < p.vocab) x[k] = weigh(p, c, t, i, m);
+    if (!valid) x[k] = Weighed{0, sample::kRankBuckets, 0};
     if (x[k].w != 0 && x[k].bucket < boundary) part += x[k].w;
     mine += x[k].w != 0 && x[k].bucket == boundary ? 1 : 0;
   }
@@ -509,27 +558,77 @@ __global__ void __launch_bounds__(kThreads) sample_boundary_kernel(const SampleP
     return;
   }
   // The fine bin where the boundary bucket's mass reaches the rest of the target (>= 1).
+  __shared__ u64 stage[kStageBins];
+  static_assert(kFineBins <= kStageBins, "the fine bins are scanned in the stage");
   const u64 rest = __ldcg(&s.rest);
-  const Crossing cross = first_bin_over(s.fine_mass, kFineBins, rest - 1);
-  const Threshold th = __ldcg(&s.fine_count[cross.bin]) <= uint32_t(kFewCandidates)
-                           ? select_in_fine_bin(cands, int(n), cross.bin, rest - cross.before)
-                           : weighted_select(cands, int(n), rest);  // many exact ties: the radix walk
-  // The boundary ids at or before the threshold join the final set's chunk masses.
+  const Crossing cross = first_bin_over(s.fine_mass, stage, kStageBins, kFineBins, rest - 1);
+  const int fine_x = cross.bin;
+  const bool few_ties = __ldcg(&s.fine_count[fine_x]) <= uint32_t(kFewCandidates);
+  // The boundary ids at or before the threshold join the final set's chunk masses, added in shared
+  // memory when the masses fit there. A candidate's fine bin decides it unless it shares the
+  // threshold's: fine bins are monotone in max - z, so a lower one ranks before the threshold and
+  // a higher one after it. One pass over the candidates joins the lower bins and gathers the
+  // threshold's bin into shared memory; only that bin's candidates compare keys.
+  u64* masses = p.chunk_mass + size_t(t) * chunks;
+  const bool staged = chunks <= kStageBins;
+  auto join = [&](const SampleCandidate& cand) {
+    if (staged) atomicAdd(stage + cand.id / kChunkIds, cand.weight);
+    else atomicAdd(masses + cand.id / kChunkIds, cand.weight);
+  };
+  __shared__ SampleCandidate few[kFewCandidates];
+  __shared__ uint32_t s_few;
+  if (staged)
+#pragma unroll 4
+    for (int b = threadIdx.x; b < chunks; b += kThreads) stage[b] = __ldcg(masses + b);
+  if (threadIdx.x == 0) s_few = 0;
+  __syncthreads();
   u64 joined = 0;
-  for (int k = threadIdx.x; k < int(n); k += kThreads) {
-    const SampleCandidate& cand = cands[k];
-    if (!at_or_before(cand.key, uint32_t(cand.id), th)) continue;
-    atomicAdd(p.chunk_mass + size_t(t) * chunks + cand.id / kChunkIds, cand.weight);
-    joined += cand.weight;
+  for (int base = 0; base < int(n); base += kThreads * kCandidateBatch) {
+    SampleCandidate cand[kCandidateBatch];
+#pragma unroll
+    for (int j = 0; j < kCandidateBatch; ++j) {
+      const int k = base + j * kThreads + int(threadIdx.x);
+      cand[j].fine = kFineBins;  // past the end: out
+      if (k < int(n)) cand[j] = cands[k];
+    }
+#pragma unroll
+    for (int j = 0; j < kCandidateBatch; ++j) {
+      if (cand[j].fine < fine_x) {
+        join(cand[j]);
+        joined += cand[j].weight;
+      } else if (cand[j].fine == fine_x && few_ties) {
+        few[atomicAdd(&s_few, 1u)] = cand[j];
+      }
+    }
+  }
+  __syncthreads();
+  Threshold th;
+  if (few_ties) {
+    const int m_few = int(s_few);
+    th = threshold_among(few, m_few, rest - cross.before);
+    for (int i = threadIdx.x; i < m_few; i += kThreads)
+      if (at_or_before(few[i].key, uint32_t(few[i].id), th)) {
+        join(few[i]);
+        joined += few[i].weight;
+      }
+  } else {  // many exact ties: the radix walk over every candidate, then a pass for the threshold's bin
+    th = weighted_select(cands, int(n), rest);
+    for (int k = threadIdx.x; k < int(n); k += kThreads) {
+      const SampleCandidate cand = cands[k];
+      if (cand.fine == fine_x && at_or_before(cand.key, uint32_t(cand.id), th)) {
+        join(cand);
+        joined += cand.weight;
+      }
+    }
   }
   u64 joined_all;
   block_exclusive_scan(joined, joined_all);
-  __threadfence();
+  if (!staged) __threadfence();
   __syncthreads();
   const u64 final_total = __ldcg(&s.mass_below) + joined_all;
   draw(p, c, t, m, final_total, [&](int i, const Weighed& w) {
-    return w.w != 0 && (w.bucket < boundary || (w.bucket == boundary && at_or_before(sample::descending_key(w.z), uint32_t(i), th)));
-  });
+    return w.bucket < boundary || (w.bucket == boundary && at_or_before(sample::descending_key(w.z), uint32_t(i), th));
+  }, stage, kStageBins, staged);
   token_done(p);
 }
 
