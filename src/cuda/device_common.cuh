@@ -215,12 +215,17 @@ static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* ct
   __shared__ int s_ids[kMaxTied];
   const int tid = threadIdx.x;
   if (tid < p.tc) p.partials[blockIdx.x * kMaxTokens + p.t0 + tid] = cta_best[tid];
-  __threadfence();
+  // Thread 0 alone fences, after the barrier that orders the block's writes before it (a fence is
+  // cumulative), as cooperative groups' grid sync does; a __threadfence in every thread is a
+  // sequentially consistent fence with an L1 invalidation per thread.
   __syncthreads();
-  if (tid == 0) s_last = (atomicAdd(p.done_counter, 1u) == gridDim.x - 1) ? 1u : 0u;
+  if (tid == 0) {
+    __threadfence();  // release: the partials before the count
+    s_last = (atomicAdd(p.done_counter, 1u) == gridDim.x - 1) ? 1u : 0u;
+    if (s_last) __threadfence();  // acquire: every block's partials before the merge reads them
+  }
   __syncthreads();
   if (!s_last) return;
-  __threadfence();
   const int nwarps = blockDim.x / 32;
   // One warp per token, each lane a strided subset of the blocks, then a shuffle tree: best_merge of
   // disjoint id sets is associative and commutative, so any grouping equals the sequential scan. (A
