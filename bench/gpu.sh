@@ -8,6 +8,8 @@
 #   MODE=route bench/gpu.sh      the llama.cpp route's tests, then it beside the default route (Muse shape)
 #   MODE=python bench/gpu.sh     the Python package built with CUDA, its tests with torch, its overhead
 #                                (bench/gpu_python.sh; the full run does it too unless PYTHON_TESTS=0)
+#   MODE=sample-profile bench/gpu.sh  the sampling kernels' SASS, Nsight Compute and Systems views, then
+#                                the sampling benchmark
 # Logs go to $OUT (or /tmp/lmhead-gpu).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -160,6 +162,36 @@ python_tests() {
 }
 start_python_build
 
+if [ "${MODE:-full}" = "sample-profile" ]; then
+  # The sampling kernels (issue 16): their SASS, Nsight Compute's per-instruction view of the
+  # weights kernel at T = 8 and of every sampling kernel at T = 1 with top-p, a Nsight Systems
+  # trace of the calls (the gaps between kernels), then the sampling benchmark.
+  "$BUILD/lmhead" make $SCRATCH/muse-q5k.gguf --quiet || exit 1
+  cuobjdump -sass "$BUILD/lmhead" 2>/dev/null | awk '/Function : .*sample_/ { f = 1 } /Function : / && !/sample_/ { f = 0 } f' > "$OUT/sass_sample.txt"
+  wc -l "$OUT/sass_sample.txt"
+  prof() {  # NAME TOKENS KERNEL_REGEX SKIP COUNT OPTIONS...
+    local name=$1 t=$2 k=$3 skip=$4 count=$5; shift 5
+    timeout 150 ncu --clock-control none -k regex:"$k" --launch-skip "$skip" --launch-count "$count" --set full \
+      --import-source no -o "$SCRATCH/$name" -f "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda \
+      --tokens "$t" --repeat 20 --seed 7 "$@" > "$OUT/ncu_$name.log" 2>&1
+    ncu -i "$SCRATCH/$name.ncu-rep" --page details > "$OUT/ncu_${name}_details.txt" 2>&1
+    ncu -i "$SCRATCH/$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${name}_src.csv" 2>&1
+    grep -E "^  [a-zA-Z_:<>()0-9 ,]*kernel|Duration|Elapsed Cycles|SM Active|Executed Ipc A|Issue Slots|Registers Per|Achieved Occ|Executed Instructions  " "$OUT/ncu_${name}_details.txt"
+  }
+  prof w8 8 sample_weights 30 1 --temperature 1
+  prof p1 1 "sample_" 30 2 --temperature 1 --top-p 0.9
+  if command -v nsys > /dev/null; then
+    for args in "--tokens 1 --temperature 1 --top-p 0.9" "--tokens 8 --temperature 1"; do
+      timeout 120 nsys profile -o "$SCRATCH/trace" -f true "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda \
+        --repeat 50 --seed 7 $args > /dev/null 2>&1
+      echo "-- nsys $args"
+      nsys stats --report cuda_gpu_trace --format csv "$SCRATCH/trace.nsys-rep" 2>/dev/null | tail -40
+    done > "$OUT/nsys_trace.csv"
+  fi
+  sampling_bench
+  exit 0
+fi
+
 if [ "${MODE:-full}" = "python" ]; then
   python_tests
   grep -E "passed|failed|skipped" "$OUT/python-tests.log" | tail -3
@@ -247,3 +279,9 @@ sed 's/^[0-9:.]* //' "$OUT/bench.log" | sed -n '/^| head |/,$p'
 [ -f "$OUT/route.log" ] && cat "$OUT/route.log"
 [ -f "$OUT/python-tests.log" ] && grep -E "passed|failed" "$OUT/python-tests.log" | tail -1
 [ -f "$OUT/python-overhead.log" ] && cat "$OUT/python-overhead.log"
+# The run's status: failed when any step failed (not the status of the last line printed above).
+for rc in "$TESTS_RC" "$MEMCHECK_RC" "$RACECHECK_RC" "$BENCH_RC" "$STRESS_RC" "${ROUNDS_FAILED:-0}"; do
+  [ "$rc" = 0 ] || exit 1
+done
+case "$PY_RC" in 0 | not-run | skipped) ;; *) exit 1 ;; esac
+exit 0

@@ -216,8 +216,7 @@ static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* ct
   const int tid = threadIdx.x;
   if (tid < p.tc) p.partials[blockIdx.x * kMaxTokens + p.t0 + tid] = cta_best[tid];
   // Thread 0 alone fences, after the barrier that orders the block's writes before it (a fence is
-  // cumulative), as cooperative groups' grid sync does; a __threadfence in every thread is a
-  // sequentially consistent fence with an L1 invalidation per thread.
+  // cumulative), as cooperative groups' grid sync does: one fence per block, not one per warp.
   __syncthreads();
   if (tid == 0) {
     __threadfence();  // release: the partials before the count

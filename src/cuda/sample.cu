@@ -213,8 +213,8 @@ __device__ double token_max(const SampleParams& p, const SampleCallParams& c, in
 // The last of the token's blocks to finish (counter `which` of its scratch) goes on; its earlier
 // blocks' global writes are visible to it after the fences. Thread 0 alone fences, after the
 // barrier that orders its block's writes before it (a fence is cumulative), as cooperative groups'
-// grid sync does: __threadfence is a sequentially consistent fence with an L1 invalidation, and
-// 256 of them per block held every block of the sampling kernels (performance.md).
+// grid sync does: one sequentially consistent fence per block, not one per warp (the time is the
+// wait for the block's own writes to land, either way: performance.md).
 __device__ bool last_block(SampleScratch& s, int which) {
   __shared__ bool is_last;
   __syncthreads();
