@@ -152,9 +152,8 @@ __device__ u64 block_exclusive_scan(u64 v, u64& total) {
 // thread of the block; bin -1 when the bins' total is x or less. The bins are read from `stage`
 // (shared memory, n <= capacity) after `global` is copied there when it is not null; a block
 // that cannot stage them reads `global` where it is. The copy has every load in flight at once,
-// where a thread walking its run of global bins waited for each in turn (the last blocks'
-// critical path: performance.md). Each thread scans a run of consecutive bins, so the block scan
-// keeps the bins' order.
+// where a thread walking its run of global bins waited for each in turn. Each thread scans a run
+// of consecutive bins, so the block scan keeps the bins' order.
 struct Crossing {
   int bin;
   u64 before;
