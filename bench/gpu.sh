@@ -178,8 +178,9 @@ if [ "${MODE:-full}" = "sample-profile" ]; then
     ncu -i "$SCRATCH/$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${name}_src.csv" 2>&1
     grep -E "^  [a-zA-Z_:<>()0-9 ,]*kernel|Duration|Elapsed Cycles|SM Active|Executed Ipc A|Issue Slots|Registers Per|Achieved Occ|Executed Instructions  " "$OUT/ncu_${name}_details.txt"
   }
-  prof w8 8 sample_weights 30 1 --temperature 1
-  prof p1 1 "sample_" 30 2 --temperature 1 --top-p 0.9
+  # --repeat 20 launches each sampling kernel about 25 times: skip the first 5 (warm-up).
+  prof w8 8 sample_weights 5 1 --temperature 1
+  prof p1 1 "sample_" 10 2 --temperature 1 --top-p 0.9
   if command -v nsys > /dev/null; then
     for args in "--tokens 1 --temperature 1 --top-p 0.9" "--tokens 8 --temperature 1"; do
       timeout 120 nsys profile -o "$SCRATCH/trace" -f true "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda \

@@ -158,13 +158,14 @@ struct Crossing {
   int bin;
   u64 before;
 };
+__device__ void copy_to_stage(const u64* global, u64* stage, int n) {
+#pragma unroll 4
+  for (int b = threadIdx.x; b < n; b += kThreads) stage[b] = __ldcg(global + b);
+}
 __device__ Crossing first_bin_over(const u64* global, u64* stage, int capacity, int n, u64 x) {
   __shared__ Crossing s_cross;
   const bool staged = stage != nullptr && n <= capacity;
-  if (staged && global != nullptr) {
-#pragma unroll 4
-    for (int b = threadIdx.x; b < n; b += kThreads) stage[b] = __ldcg(global + b);
-  }
+  if (staged && global != nullptr) copy_to_stage(global, stage, n);
   const u64* bins = staged ? stage : global;
   const int per = (n + kThreads - 1) / kThreads, first = threadIdx.x * per, last = min(n, first + per);
   if (threadIdx.x == 0) s_cross = Crossing{-1, 0};
@@ -570,18 +571,17 @@ __global__ void __launch_bounds__(kThreads, 5) sample_boundary_kernel(const Samp
   // threshold's bin into shared memory; only that bin's candidates compare keys.
   u64* masses = p.chunk_mass + size_t(t) * chunks;
   const bool staged = chunks <= kStageBins;
+  u64 joined = 0;
   auto join = [&](const SampleCandidate& cand) {
     if (staged) atomicAdd(stage + cand.id / kChunkIds, cand.weight);
     else atomicAdd(masses + cand.id / kChunkIds, cand.weight);
+    joined += cand.weight;
   };
   __shared__ SampleCandidate few[kFewCandidates];
   __shared__ uint32_t s_few;
-  if (staged)
-#pragma unroll 4
-    for (int b = threadIdx.x; b < chunks; b += kThreads) stage[b] = __ldcg(masses + b);
+  if (staged) copy_to_stage(masses, stage, chunks);
   if (threadIdx.x == 0) s_few = 0;
   __syncthreads();
-  u64 joined = 0;
   for (int base = 0; base < int(n); base += kThreads * kCandidateBatch) {
     SampleCandidate cand[kCandidateBatch];
 #pragma unroll
@@ -592,12 +592,8 @@ __global__ void __launch_bounds__(kThreads, 5) sample_boundary_kernel(const Samp
     }
 #pragma unroll
     for (int j = 0; j < kCandidateBatch; ++j) {
-      if (cand[j].fine < fine_x) {
-        join(cand[j]);
-        joined += cand[j].weight;
-      } else if (cand[j].fine == fine_x && few_ties) {
-        few[atomicAdd(&s_few, 1u)] = cand[j];
-      }
+      if (cand[j].fine < fine_x) join(cand[j]);
+      else if (cand[j].fine == fine_x && few_ties) few[atomicAdd(&s_few, 1u)] = cand[j];
     }
   }
   __syncthreads();
@@ -606,18 +602,12 @@ __global__ void __launch_bounds__(kThreads, 5) sample_boundary_kernel(const Samp
     const int m_few = int(s_few);
     th = threshold_among(few, m_few, rest - cross.before);
     for (int i = threadIdx.x; i < m_few; i += kThreads)
-      if (at_or_before(few[i].key, uint32_t(few[i].id), th)) {
-        join(few[i]);
-        joined += few[i].weight;
-      }
+      if (at_or_before(few[i].key, uint32_t(few[i].id), th)) join(few[i]);
   } else {  // many exact ties: the radix walk over every candidate, then a pass for the threshold's bin
     th = weighted_select(cands, int(n), rest);
     for (int k = threadIdx.x; k < int(n); k += kThreads) {
       const SampleCandidate cand = cands[k];
-      if (cand.fine == fine_x && at_or_before(cand.key, uint32_t(cand.id), th)) {
-        join(cand);
-        joined += cand.weight;
-      }
+      if (cand.fine == fine_x && at_or_before(cand.key, uint32_t(cand.id), th)) join(cand);
     }
   }
   u64 joined_all;
