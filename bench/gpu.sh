@@ -100,6 +100,13 @@ sampling_bench() {
     echo "-- $args"
     timeout 120 "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda --tokens 1,8 --repeat 300 --seed 7 $args 2>&1 | grep -v "^lmhead: uploading"
   done 2>&1 | tee "$OUT/sampling.log"
+  # The vocabulary split over shards (here two on one GPU): the rounds' exchanges against the
+  # sharded argmax-only call.
+  for args in "--temperature 1" "--temperature 1 --top-p 0.9"; do
+    echo "-- --shards 2 $args"
+    timeout 120 "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda --shards 2 --tokens 1,8 --repeat 100 --seed 7 \
+      $args 2>&1 | grep -v "^lmhead: uploading"
+  done 2>&1 | tee "$OUT/sampling-shards.log"
 }
 
 route_bench() {

@@ -203,6 +203,89 @@ class CudaBackend final : public Backend {
     std::memcpy(out, b.h_sums.host(), size_t(tokens) * chunks * 8);
   }
 
+  // One shard's half of the multi-GPU sampling rounds (multi_gpu.hpp): the sampling kernels in
+  // their rounds-only mode over the logits the last forward left on the device, the global maximum
+  // in max_out, and the sums downloaded; nothing here is part of a call's graph.
+  void sample_round_weights(const SamplingOptions& o, const float* max_per_token, int tokens, ShardWeights& out) {
+    check_round_tokens(tokens);
+    CUDA_CHECK(cudaSetDevice(device_));
+    const bool top_p = o.top_p < 1;
+    ensure_round_buffers(top_p);
+    CallBuffers& b = *buffers_;
+    SampleCallParams c;
+    c.temperature = double(o.temperature);
+    c.top_p = double(o.top_p);
+    c.min_p = double(o.min_p);
+    c.seed = o.seed;
+    CUDA_CHECK(cudaMemcpyAsync(b.sample_call.get(), &c, sizeof c, cudaMemcpyHostToDevice, stream_));
+    // max_out is the head kernel's scratch: the next forward rewrites it.
+    CUDA_CHECK(cudaMemcpyAsync(b.max_out.get(), max_per_token, size_t(tokens) * 4, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemsetAsync(b.sample_scratch.get(), 0, size_t(tokens) * sizeof(SampleScratch), stream_));
+    launch_sample_round(round_params(tokens, top_p), 2, stream_);
+    const size_t chunks = round_chunks();
+    out.chunks = int64_t(chunks);
+    out.chunk_mass.resize(size_t(tokens) * chunks);
+    download_round_scratch(tokens);
+    CUDA_CHECK(cudaMemcpyAsync(out.chunk_mass.data(), b.chunk_mass.get(), out.chunk_mass.size() * 8,
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    out.total.resize(size_t(tokens));
+    out.bucket_mass.clear();
+    for (int t = 0; t < tokens; ++t) {
+      out.total[size_t(t)] = round_scratch_[size_t(t)].total;
+      if (top_p)
+        out.bucket_mass.insert(out.bucket_mass.end(), std::begin(round_scratch_[size_t(t)].hist),
+                               std::end(round_scratch_[size_t(t)].hist));
+    }
+  }
+
+  void sample_round_boundary(const int32_t* boundary_per_token, int tokens, ShardBoundary& out) {
+    check_round_tokens(tokens);
+    CUDA_CHECK(cudaSetDevice(device_));
+    CallBuffers& b = *buffers_;
+    if (b.sample_candidates.size() < size_t(kMaxTokens) * kSampleCandidates)
+      throw Error("the boundary round of sampling needs the weights round with top-p first");
+    for (int t = 0; t < tokens; ++t)
+      CUDA_CHECK(cudaMemcpyAsync(&b.sample_scratch.get()[t].boundary, boundary_per_token + t, 4, cudaMemcpyHostToDevice,
+                                 stream_));
+    launch_sample_round(round_params(tokens, true), 3, stream_);
+    const size_t chunks = round_chunks();
+    out.chunk_mass.resize(size_t(tokens) * chunks);
+    download_round_scratch(tokens);
+    CUDA_CHECK(cudaMemcpyAsync(out.chunk_mass.data(), b.chunk_mass.get(), out.chunk_mass.size() * 8,
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    out.candidates.assign(size_t(tokens), {});
+    out.overflow.assign(size_t(tokens), 0);
+    std::vector<std::vector<SampleCandidate>> got(static_cast<size_t>(tokens));
+    for (int t = 0; t < tokens; ++t) {
+      const uint32_t n = round_scratch_[size_t(t)].n_candidates;
+      if (n > uint32_t(kSampleCandidates)) {
+        out.overflow[size_t(t)] = 1;
+        continue;
+      }
+      got[size_t(t)].resize(n);
+      if (n > 0)
+        CUDA_CHECK(cudaMemcpyAsync(got[size_t(t)].data(), b.sample_candidates.get() + size_t(t) * kSampleCandidates,
+                                   size_t(n) * sizeof(SampleCandidate), cudaMemcpyDeviceToHost, stream_));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int t = 0; t < tokens; ++t)
+      for (const SampleCandidate& c : got[size_t(t)])
+        out.candidates[size_t(t)].push_back(sample::Boundary{c.key, c.id, c.weight});
+  }
+
+  void fetch_logits(int token, int64_t first, int64_t count, float* out) {
+    check_round_tokens(token + 1);
+    if (first < 0 || count < 0 || first + count > head_.vocab)
+      throw Error("fetch_logits: ids [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                  ") are outside this head's " + std::to_string(head_.vocab) + " rows");
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaMemcpyAsync(out, buffers_->logits + size_t(token) * size_t(head_.vocab) + size_t(first),
+                               size_t(count) * 4, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
   uint64_t head_device_bytes() const { return head_copies_->bytes(); }
 
   Tuning tuning_;
@@ -372,6 +455,47 @@ class CudaBackend final : public Backend {
 
   void clear_graphs() { graphs_->clear(); }
 
+  void check_round_tokens(int tokens) const {
+    if (tokens < 1 || tokens > last_.tokens)
+      throw Error("a sampling round asked for " + std::to_string(tokens) + " tokens, the last forward ran " +
+                  std::to_string(last_.tokens));
+  }
+  size_t round_chunks() const { return size_t((head_.vocab + kSumExpChunk - 1) / kSumExpChunk); }
+  void ensure_round_buffers(bool top_p) {
+    CallBuffers& b = *buffers_;
+    bool changed = false;
+    auto grow = [&](auto& a, size_t n) {
+      if (a.size() >= n) return;
+      a.reset(n, stream_);
+      changed = true;
+    };
+    grow(b.sample_call, 1);
+    grow(b.sample_scratch, size_t(kMaxTokens));
+    grow(b.chunk_mass, size_t(kMaxTokens) * round_chunks());
+    if (top_p) grow(b.sample_candidates, size_t(kMaxTokens) * kSampleCandidates);
+    if (changed) clear_graphs();  // captured graphs may hold the old buffers
+  }
+  SampleParams round_params(int tokens, bool top_p) const {
+    const CallBuffers& b = *buffers_;
+    SampleParams sp;
+    sp.logits = b.logits;
+    sp.max_in = b.max_out.get();
+    sp.call = b.sample_call.get();
+    sp.scratch = b.sample_scratch.get();
+    sp.chunk_mass = b.chunk_mass.get();
+    sp.candidates = b.sample_candidates.get();
+    sp.vocab = int(head_.vocab);
+    sp.T = tokens;
+    sp.top_p = top_p ? 1 : 0;
+    sp.rounds_only = 1;
+    return sp;
+  }
+  void download_round_scratch(int tokens) {
+    round_scratch_.resize(size_t(tokens));
+    CUDA_CHECK(cudaMemcpyAsync(round_scratch_.data(), buffers_->sample_scratch.get(), size_t(tokens) * sizeof(SampleScratch),
+                               cudaMemcpyDeviceToHost, stream_));
+  }
+
   void collect_times(const Shape& s, std::vector<StageTime>& times) const {
     times.clear();
     auto elapsed = [&](int a, int b) {
@@ -419,6 +543,7 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<DeviceHead> head_copies_;
   std::unique_ptr<CallBuffers> buffers_;
+  std::vector<SampleScratch> round_scratch_;  // the sampling rounds' per-token sums, downloaded
   cudaEvent_t input_ready_ = nullptr;  // the caller's stream reached the call
   std::vector<std::pair<int32_t, float>> uploaded_bias_;  // the bias sample_bias holds
 };
@@ -446,6 +571,16 @@ void set_tuning(Backend& backend, const Tuning& tuning) {
 Tuning get_tuning(Backend& backend) { return as_cuda(backend).tuning_; }
 void chunk_sums_against(Backend& backend, const float* max_per_token, int tokens, double* out) {
   as_cuda(backend).chunk_sums_against(max_per_token, tokens, out);
+}
+void sample_round_weights(Backend& backend, const SamplingOptions& call, const float* max_per_token, int tokens,
+                          ShardWeights& out) {
+  as_cuda(backend).sample_round_weights(call, max_per_token, tokens, out);
+}
+void sample_round_boundary(Backend& backend, const int32_t* boundary_per_token, int tokens, ShardBoundary& out) {
+  as_cuda(backend).sample_round_boundary(boundary_per_token, tokens, out);
+}
+void fetch_logits(Backend& backend, int token, int64_t first, int64_t count, float* out) {
+  as_cuda(backend).fetch_logits(token, first, count, out);
 }
 CallInfo last_call(Backend& backend) { return as_cuda(backend).last_; }
 uint64_t head_device_bytes(Backend& backend) { return as_cuda(backend).head_device_bytes(); }

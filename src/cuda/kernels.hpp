@@ -247,8 +247,16 @@ struct SampleParams {
   int max_kernel = 0;  // bias or mask: the maximum comes from the max kernel, not the head's max_in
   int top_p = 0;       // the boundary kernel runs
   int pdl = 0;         // launched as programmatic dependents: each waits for its predecessor's memory itself
+  // One shard's half of a round for the multi-GPU backend: the kernel leaves its sums (chunk masses,
+  // total, rank-bucket masses; the boundary bucket's candidates) and stops before the last block,
+  // whose draw needs every shard's sums. max_in holds the global maximum; the boundary kernel reads
+  // the boundary bucket the host wrote into the scratch.
+  int rounds_only = 0;
 };
 void launch_sample(const SampleParams& p, cudaStream_t stream);
+// round 2: the weights kernel (chunk masses, total, with top-p the rank-bucket masses); round 3: the
+// boundary kernel (chunk masses before the boundary bucket, that bucket's ids). p.rounds_only must be set.
+void launch_sample_round(const SampleParams& p, int round, cudaStream_t stream);
 
 // Test hook: portable tanh on the device for the bit patterns [first, first + count).
 void launch_tanh_sweep(uint64_t first, uint64_t count, uint32_t* out, cudaStream_t stream);

@@ -6,10 +6,16 @@
 //   logprobs       two phases: the merged maximum goes back to every shard, which sums
 //                  exp(x - max) over its own 512-id chunks on its GPU; the chunk sums are added
 //                  in id order on the host, exactly as the one-GPU backend adds its own.
+//   sampling       numerics.md §9's rounds (temperature, top-p, min-p): the merged maximum goes
+//                  to every shard, which sends its integer weight sums per 512-id chunk (and per
+//                  rank bucket); with top-p the boundary bucket goes back and each shard sends
+//                  that bucket's ids; the host selects the boundary, finds the chunk holding the
+//                  draw and fetches that one chunk's 512 logits to walk it.
 // Logits travel only when asked for. Every byte equals the one-GPU result for any shard count.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -28,6 +34,10 @@
 #include "cuda/kernels.hpp"
 #include "cuda/multi_gpu.hpp"
 #include "cuda/spin.hpp"
+#include "sample/philox.hpp"
+#include "sample/row.hpp"
+#include "sample/sampler.hpp"
+#include "sample/weight_math.hpp"
 
 namespace lmhead {
 namespace cuda {
@@ -168,6 +178,13 @@ class MultiGpuBackend final : public Backend {
     return "cuda x" + std::to_string(gpus_) + " GPU(s), " + std::to_string(parts_.size()) + " shard(s)";
   }
 
+  // The options whose rounds run on the shards' GPUs (sample_on_shards); top-k, a bias or a mask
+  // leave sampling to the engine, which then gathers the logits.
+  bool samples(const SamplingOptions& o) const override {
+    return o.temperature > 0 && o.top_k == 0 && o.logit_bias.empty() && o.allowed.empty() &&
+           head_.vocab <= sample::kMaxSampledVocab;
+  }
+
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
     // Checked here too: the shared input holds kMaxTokens tokens and is filled before any shard runs.
     if (tokens < 1 || tokens > kMaxTokens)
@@ -177,6 +194,10 @@ class MultiGpuBackend final : public Backend {
     const int64_t V = head_.vocab;
     ForwardRequest shard_req = req;
     shard_req.logprobs = false;  // phase two below, against the merged maximum
+    shard_req.sampling = nullptr;  // the rounds below, over every shard
+    shard_req.sample_mask = nullptr;
+    if (req.sampling != nullptr && !samples(*req.sampling))
+      throw Error("the multi-GPU cuda head was asked to sample options it does not sample on its shards");
     if (shared_) {
       const size_t values = size_t(tokens) * size_t(head_.hidden);
       std::atomic<int> copied{0};
@@ -230,6 +251,10 @@ class MultiGpuBackend final : public Backend {
       t3 = std::chrono::steady_clock::now();
     }
 
+    out.sampled.clear();
+    if (req.sampling != nullptr) out.sampled = sample_on_shards(*req.sampling, req.sample_position, out.summaries);
+    const auto t_sampled = std::chrono::steady_clock::now();
+
     out.logits.clear();
     out.stages = {};
     if (req.want_logits || req.want_stages)
@@ -241,10 +266,137 @@ class MultiGpuBackend final : public Backend {
     book_slowest_shard_times(out.times, outs_);
     out.times.push_back({"exchange: merge of per-shard summaries", ms_between(t1, t2)});
     if (req.logprobs) out.times.push_back({"exchange: logprob chunk sums against the global max", ms_between(t2, t3)});
-    if (req.want_logits || req.want_stages) out.times.push_back({"gather of logits (asked for)", ms_between(t3, t4)});
+    if (req.sampling != nullptr)
+      out.times.push_back({"exchange: sampling rounds over the shards", ms_between(t3, t_sampled)});
+    if (req.want_logits || req.want_stages) out.times.push_back({"gather of logits (asked for)", ms_between(t_sampled, t4)});
   }
 
  private:
+  // The shard owning id `id`.
+  size_t shard_of(int64_t id) const {
+    return size_t(std::upper_bound(bounds_.begin(), bounds_.end(), id) - bounds_.begin() - 1);
+  }
+
+  // numerics.md §9's rounds with each shard's half on its GPU (see the top of this file). Every
+  // sum is of integer weights computed by the functions the host sampler uses, and shards begin
+  // on 512-id chunk bounds, so the chunk masses, the total, the bucket masses and the boundary
+  // are the host sampler's on the whole row, and so is the token. A token whose maximum is not
+  // finite, or whose boundary bucket holds more ids than a shard keeps, is drawn from its logits
+  // (fetched from every shard) by the host sampler itself.
+  std::vector<int32_t> sample_on_shards(const SamplingOptions& o, int64_t position,
+                                        const std::vector<select::TokenSummary>& summaries) {
+    const int n = int(parts_.size()), tokens = int(summaries.size());
+    const int64_t V = head_.vocab, chunks = (V + sample::kChunk - 1) / sample::kChunk;
+    const bool top_p = o.top_p < 1;
+    std::vector<float> max_logit(size_t(tokens), 0.0f);
+    std::vector<uint8_t> on_host(size_t(tokens), 0);
+    for (int t = 0; t < tokens; ++t) {
+      if (std::isfinite(summaries[size_t(t)].max)) max_logit[size_t(t)] = summaries[size_t(t)].max;
+      else on_host[size_t(t)] = 1;
+    }
+    std::vector<ShardWeights> weights(static_cast<size_t>(n));
+    pool_.run([&](int s) { sample_round_weights(*parts_[size_t(s)], o, max_logit.data(), tokens, weights[size_t(s)]); });
+
+    // Per token: the chunk masses in global chunk order (a shard's chunk c is chunk bounds[s] / 512 + c).
+    std::vector<std::vector<uint64_t>> mass(size_t(tokens), std::vector<uint64_t>(size_t(chunks), 0));
+    auto place = [&](int t, auto chunk_masses_of) {
+      for (int s = 0; s < n; ++s) {
+        const int64_t first = bounds_[size_t(s)] / sample::kChunk, count = weights[size_t(s)].chunks;
+        const uint64_t* from = chunk_masses_of(s) + size_t(t) * size_t(count);
+        std::copy(from, from + count, mass[size_t(t)].begin() + first);
+      }
+    };
+    std::vector<uint64_t> total(size_t(tokens), 0);
+    for (int t = 0; t < tokens; ++t) {
+      for (const ShardWeights& w : weights) total[size_t(t)] += w.total[size_t(t)];
+      if (total[size_t(t)] == 0) on_host[size_t(t)] = 1;
+      if (!top_p) place(t, [&](int s) { return weights[size_t(s)].chunk_mass.data(); });
+    }
+    std::vector<int32_t> bucket(size_t(tokens), 0);
+    std::vector<sample::Boundary> threshold(static_cast<size_t>(tokens));
+    if (top_p) {
+      // The bucket where the mass in rank order reaches P, as the host sampler's merge finds it.
+      std::vector<uint64_t> before(size_t(tokens), 0), target(size_t(tokens), 0);
+      for (int t = 0; t < tokens; ++t) {
+        if (on_host[size_t(t)]) continue;
+        std::vector<uint64_t> hist(size_t(sample::kRankBuckets), 0);
+        for (const ShardWeights& w : weights)
+          for (size_t b = 0; b < hist.size(); ++b) hist[b] += w.bucket_mass[size_t(t) * hist.size() + b];
+        target[size_t(t)] = sample::top_p_target(total[size_t(t)], double(o.top_p));
+        int b = 0;
+        while (before[size_t(t)] + hist[size_t(b)] < target[size_t(t)]) before[size_t(t)] += hist[size_t(b++)];
+        bucket[size_t(t)] = b;
+      }
+      std::vector<ShardBoundary> edge(static_cast<size_t>(n));
+      pool_.run([&](int s) { sample_round_boundary(*parts_[size_t(s)], bucket.data(), tokens, edge[size_t(s)]); });
+      for (int t = 0; t < tokens; ++t) {
+        if (on_host[size_t(t)]) continue;
+        std::vector<sample::Boundary> cands;
+        for (int s = 0; s < n; ++s) {
+          if (edge[size_t(s)].overflow[size_t(t)]) on_host[size_t(t)] = 1;
+          for (sample::Boundary c : edge[size_t(s)].candidates[size_t(t)]) {
+            c.id += int32_t(bounds_[size_t(s)]);
+            cands.push_back(c);
+          }
+        }
+        if (on_host[size_t(t)]) continue;
+        place(t, [&](int s) { return edge[size_t(s)].chunk_mass.data(); });
+        uint64_t reached = 0;
+        const size_t last = sample::select_boundary(cands, before[size_t(t)], target[size_t(t)], reached);
+        for (size_t j = 0; j <= last; ++j) mass[size_t(t)][size_t(cands[j].id / sample::kChunk)] += cands[j].w;
+        total[size_t(t)] = reached;
+        threshold[size_t(t)] = cands[last];
+      }
+    }
+
+    std::vector<int32_t> sampled(size_t(tokens), -1);
+    for (int t = 0; t < tokens; ++t) {
+      if (on_host[size_t(t)]) {
+        sampled[size_t(t)] = sample_from_fetched_logits(o, position + t, t);
+        continue;
+      }
+      uint64_t rest = sample::draw_target(sample::random128(o.seed, position + t, sample::Stream::draw), total[size_t(t)]);
+      int64_t c = 0;
+      while (c < chunks && rest >= mass[size_t(t)][size_t(c)]) rest -= mass[size_t(t)][size_t(c++)];
+      if (c == chunks) throw Error("internal: the draw's target is not below the shards' total weight");
+      // The chunk's ids, weighed as the host sampler weighs them, in id order.
+      const int64_t first = c * sample::kChunk, count = std::min(V, first + sample::kChunk) - first;
+      const size_t s = shard_of(first);
+      float x[sample::kChunk];
+      double z[sample::kChunk];
+      uint64_t w[sample::kChunk];
+      uint16_t rank[sample::kChunk];
+      fetch_logits(*parts_[s], t, first - bounds_[s], count, x);
+      sample::scaled_logits(x, count, double(o.temperature), z);
+      const double m = sample::scaled_logit(max_logit[size_t(t)], 0.0f, double(o.temperature));
+      sample::row_weights(z, count, m, double(o.min_p), w, top_p ? rank : nullptr);
+      for (int64_t i = 0; i < count && sampled[size_t(t)] < 0; ++i) {
+        const sample::Boundary me{sample::descending_key(z[i]), int32_t(first + i), 0};
+        const bool member = !top_p || rank[i] < bucket[size_t(t)] ||
+                            (rank[i] == bucket[size_t(t)] && !sample::boundary_before(threshold[size_t(t)], me));
+        const uint64_t wi = member ? w[i] : 0;
+        if (rest < wi) sampled[size_t(t)] = int32_t(first + i);
+        else rest -= wi;
+      }
+      if (sampled[size_t(t)] < 0) throw Error("internal: the draw's chunk does not hold its target");
+    }
+    return sampled;
+  }
+
+  // The host sampler over every shard's logits of token t, fetched (the rare tokens above).
+  int32_t sample_from_fetched_logits(const SamplingOptions& o, int64_t position, int t) {
+    const int n = int(parts_.size());
+    std::vector<std::vector<float>> rows(static_cast<size_t>(n));
+    std::vector<sample::RangeLogits> ranges(static_cast<size_t>(n));
+    for (int s = 0; s < n; ++s) {
+      const int64_t begin = bounds_[size_t(s)], end = bounds_[size_t(s) + 1];
+      rows[size_t(s)].resize(size_t(end - begin));
+      fetch_logits(*parts_[size_t(s)], t, 0, end - begin, rows[size_t(s)].data());
+      ranges[size_t(s)] = {rows[size_t(s)].data(), begin, end};
+    }
+    return sample::sample_token_in_ranges(ranges, head_.vocab, o, nullptr, position);
+  }
+
   HeadView head_;
   int gpus_;
   std::vector<int64_t> bounds_;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "sample/boundary.hpp"
 
 namespace lmhead::cuda {
 
@@ -16,6 +17,33 @@ namespace lmhead::cuda {
 void chunk_sums_against(Backend& backend, const float* max_per_token, int tokens, double* out);
 
 int64_t sum_exp_chunks(int64_t rows);  // ceil(rows / select::kSumExpChunk)
+
+// One shard's half of the sampling rounds of numerics.md §9 over the logits its last forward left
+// on the device (the multi-GPU backend's sampling without gathering logits; the merges are the
+// caller's). Temperature, top-p and min-p come from `call`; no bias and no mask.
+// Round 2, against the global maximum logit of each token: per token the shard's total integer
+// weight, its per-512-id chunk masses (chunk c = the shard's ids [512 c, 512 c + 512)) and, with
+// top-p, its mass per rank bucket.
+struct ShardWeights {
+  std::vector<uint64_t> total;        // [tokens]
+  std::vector<uint64_t> chunk_mass;   // [tokens][chunks]
+  std::vector<uint64_t> bucket_mass;  // [tokens][sample::kRankBuckets], top-p only
+  int64_t chunks = 0;
+};
+void sample_round_weights(Backend& backend, const SamplingOptions& call, const float* max_per_token, int tokens,
+                          ShardWeights& out);
+// Round 3 (top-p), after round 2 on the same backend: with each token's boundary bucket, the chunk
+// masses of the ids in earlier buckets and the boundary bucket's ids (shard-local id, rank key,
+// weight). `overflow[t]` when the bucket holds more ids than the device keeps (kSampleCandidates):
+// the caller then draws that token from the logits.
+struct ShardBoundary {
+  std::vector<uint64_t> chunk_mass;  // [tokens][chunks]
+  std::vector<std::vector<sample::Boundary>> candidates;
+  std::vector<uint8_t> overflow;
+};
+void sample_round_boundary(Backend& backend, const int32_t* boundary_per_token, int tokens, ShardBoundary& out);
+// Logits [first, first + count) of token `token` of the last forward (the draw's one chunk).
+void fetch_logits(Backend& backend, int token, int64_t first, int64_t count, float* out);
 
 // For benchmarks and tests, on a backend made by make_multi_gpu_backend: the tuning of every
 // shard, the last call of every shard, and whether the shards share one input buffer that each

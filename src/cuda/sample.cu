@@ -12,6 +12,9 @@
 //                                   weighted radix select over all candidates for many exact ties)
 //                                   and draws.
 // The draw: the chunk holding the target from the chunk masses, then that chunk's ids in id order.
+// For the multi-GPU backend the weights and boundary kernels also run as one shard's half of a
+// round (SampleParams::rounds_only): they leave their sums and stop before the last block, and the
+// host merges every shard's sums (multi_gpu.cpp).
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
@@ -344,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, kTopP ? 6 : 8) sample_weights_kernel
   if (kTopP)
     for (int b = threadIdx.x; b < sample::kRankBuckets; b += kThreads)
       if (hist[b] != 0) atomicAdd(&s.hist[b], hist[b]);
-  if (!last_block(s, 0)) return;
+  if (p.rounds_only || !last_block(s, 0)) return;
 
   const u64 total = __ldcg(&s.total);
   if (!valid || total == 0) {
@@ -546,7 +549,7 @@ __global__ void __launch_bounds__(kThreads, 5) sample_boundary_kernel(const Samp
   u64 chunk_mass;
   block_exclusive_scan(part, chunk_mass);
   if (threadIdx.x == 0) p.chunk_mass[size_t(t) * chunks + blockIdx.x] = chunk_mass;
-  if (!last_block(s, 1)) return;
+  if (p.rounds_only || !last_block(s, 1)) return;
   if (!valid) {
     token_done(p);
     return;
@@ -630,6 +633,15 @@ void launch_sample(const SampleParams& p, cudaStream_t stream) {
   if (p.top_p) launch_maybe_pdl<sample_weights_kernel<true>>(grid, block, 0, pdl, stream, p);
   else launch_maybe_pdl<sample_weights_kernel<false>>(grid, block, 0, pdl, stream, p);
   if (p.top_p) launch_maybe_pdl<sample_boundary_kernel>(grid, block, 0, pdl, stream, p);
+}
+
+void launch_sample_round(const SampleParams& p, int round, cudaStream_t stream) {
+  if (!p.rounds_only || p.max_kernel || (round != 2 && round != 3) || (round == 3 && !p.top_p))
+    throw Error("launch_sample_round: round 2, or round 3 with top-p, of a rounds-only call without a max kernel");
+  const dim3 grid(unsigned((p.vocab + kChunkIds - 1) / kChunkIds), unsigned(p.T)), block(kThreads);
+  if (round == 3) launch_maybe_pdl<sample_boundary_kernel>(grid, block, 0, false, stream, p);
+  else if (p.top_p) launch_maybe_pdl<sample_weights_kernel<true>>(grid, block, 0, false, stream, p);
+  else launch_maybe_pdl<sample_weights_kernel<false>>(grid, block, 0, false, stream, p);
 }
 
 }  // namespace lmhead::cuda
