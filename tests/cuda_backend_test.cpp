@@ -82,7 +82,9 @@ void expect_same(const ForwardOutput& ref, const ForwardOutput& got, const Forwa
     for (size_t t = 0; t < ref.sum_exp.size(); ++t)
       EXPECT_NEAR(ref.sum_exp[t], got.sum_exp[t], 1e-12 * ref.sum_exp[t]) << "token " << t;
   }
-  if (req.want_logits || req.want_stages) EXPECT_TRUE(same_floats(ref.logits, got.logits, "capped logits"));
+  if (req.want_logits || req.want_stages) {
+    EXPECT_TRUE(same_floats(ref.logits, got.logits, "capped logits"));
+  }
   if (req.want_stages) {
     EXPECT_TRUE(same_floats(ref.stages.normed, got.stages.normed, "normed"));
     EXPECT_TRUE(same_floats(ref.stages.raw, got.stages.raw, "raw"));
@@ -556,8 +558,9 @@ TEST(CudaBackend, StageTimesNameTheHead) {
       for (const StageTime& s : out.times) {
         total += s.ms;
         if (s.label.find("head") != std::string::npos) head_ms = s.ms;
-        if (s.label.find("cap") != std::string::npos)
+        if (s.label.find("cap") != std::string::npos) {
           EXPECT_NE(s.label.find("head"), std::string::npos) << "the soft cap is booked apart from the head: " << s.label;
+        }
       }
       // Only that a label names the head and has time: how much of the call it takes is a speed
       // claim (benchmarks), and under eight GPU test processes at once it read below 30 %.

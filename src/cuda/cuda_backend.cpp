@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -205,37 +207,40 @@ class CudaBackend final : public Backend {
 
   // One shard's half of the multi-GPU sampling rounds (multi_gpu.hpp): the sampling kernels in
   // their rounds-only mode over the logits the last forward left on the device, the global maximum
-  // in max_out, and the sums downloaded; nothing here is part of a call's graph.
+  // in max_out, and only the sums a merge needs downloaded, through pinned buffers, one
+  // synchronization per round; nothing here is part of a call's graph.
   void sample_round_weights(const SamplingOptions& o, const float* max_per_token, int tokens, ShardWeights& out) {
     check_round_tokens(tokens);
     CUDA_CHECK(cudaSetDevice(device_));
     const bool top_p = o.top_p < 1;
     ensure_round_buffers(top_p);
     CallBuffers& b = *buffers_;
-    SampleCallParams c;
+    SampleCallParams& c = *rounds_.call.host();
+    c = SampleCallParams{};
     c.temperature = double(o.temperature);
     c.top_p = double(o.top_p);
     c.min_p = double(o.min_p);
     c.seed = o.seed;
+    std::memcpy(rounds_.max.host(), max_per_token, size_t(tokens) * 4);
     CUDA_CHECK(cudaMemcpyAsync(b.sample_call.get(), &c, sizeof c, cudaMemcpyHostToDevice, stream_));
     // max_out is the head kernel's scratch: the next forward rewrites it.
-    CUDA_CHECK(cudaMemcpyAsync(b.max_out.get(), max_per_token, size_t(tokens) * 4, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(b.max_out.get(), rounds_.max.host(), size_t(tokens) * 4, cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaMemsetAsync(b.sample_scratch.get(), 0, size_t(tokens) * sizeof(SampleScratch), stream_));
     launch_sample_round(round_params(tokens, top_p), 2, stream_);
+    // Per token the scratch's counters and, with top-p, its bucket masses (not the fine bins).
+    download_round_scratch(tokens, offsetof(SampleScratch, hist) + (top_p ? sizeof(SampleScratch::hist) : 0));
     const size_t chunks = round_chunks();
-    out.chunks = int64_t(chunks);
-    out.chunk_mass.resize(size_t(tokens) * chunks);
-    download_round_scratch(tokens);
-    CUDA_CHECK(cudaMemcpyAsync(out.chunk_mass.data(), b.chunk_mass.get(), out.chunk_mass.size() * 8,
+    CUDA_CHECK(cudaMemcpyAsync(rounds_.chunk_mass.host(), b.chunk_mass.get(), size_t(tokens) * chunks * 8,
                                cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    out.chunks = int64_t(chunks);
+    out.chunk_mass.assign(rounds_.chunk_mass.host(), rounds_.chunk_mass.host() + size_t(tokens) * chunks);
     out.total.resize(size_t(tokens));
     out.bucket_mass.clear();
     for (int t = 0; t < tokens; ++t) {
-      out.total[size_t(t)] = round_scratch_[size_t(t)].total;
-      if (top_p)
-        out.bucket_mass.insert(out.bucket_mass.end(), std::begin(round_scratch_[size_t(t)].hist),
-                               std::end(round_scratch_[size_t(t)].hist));
+      const SampleScratch& sc = rounds_.scratch.host()[t];
+      out.total[size_t(t)] = sc.total;
+      if (top_p) out.bucket_mass.insert(out.bucket_mass.end(), std::begin(sc.hist), std::end(sc.hist));
     }
   }
 
@@ -245,45 +250,62 @@ class CudaBackend final : public Backend {
     CallBuffers& b = *buffers_;
     if (b.sample_candidates.size() < size_t(kMaxTokens) * kSampleCandidates)
       throw Error("the boundary round of sampling needs the weights round with top-p first");
-    for (int t = 0; t < tokens; ++t)
-      CUDA_CHECK(cudaMemcpyAsync(&b.sample_scratch.get()[t].boundary, boundary_per_token + t, 4, cudaMemcpyHostToDevice,
-                                 stream_));
+    std::memcpy(rounds_.boundary.host(), boundary_per_token, size_t(tokens) * 4);
+    CUDA_CHECK(cudaMemcpy2DAsync(&b.sample_scratch.get()->boundary, sizeof(SampleScratch), rounds_.boundary.host(), 4, 4,
+                                 size_t(tokens), cudaMemcpyHostToDevice, stream_));
     launch_sample_round(round_params(tokens, true), 3, stream_);
+    download_round_scratch(tokens, offsetof(SampleScratch, hist));
+    CUDA_CHECK(cudaMemcpy2DAsync(&rounds_.scratch.host()->fine_mass, sizeof(SampleScratch), &b.sample_scratch.get()->fine_mass,
+                                 sizeof(SampleScratch), sizeof(SampleScratch::fine_mass), size_t(tokens),
+                                 cudaMemcpyDeviceToHost, stream_));
     const size_t chunks = round_chunks();
-    out.chunk_mass.resize(size_t(tokens) * chunks);
-    download_round_scratch(tokens);
-    CUDA_CHECK(cudaMemcpyAsync(out.chunk_mass.data(), b.chunk_mass.get(), out.chunk_mass.size() * 8,
+    CUDA_CHECK(cudaMemcpyAsync(rounds_.chunk_mass.host(), b.chunk_mass.get(), size_t(tokens) * chunks * 8,
                                cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    out.candidates.assign(size_t(tokens), {});
-    out.overflow.assign(size_t(tokens), 0);
-    std::vector<std::vector<SampleCandidate>> got(static_cast<size_t>(tokens));
-    for (int t = 0; t < tokens; ++t) {
-      const uint32_t n = round_scratch_[size_t(t)].n_candidates;
-      if (n > uint32_t(kSampleCandidates)) {
-        out.overflow[size_t(t)] = 1;
-        continue;
-      }
-      got[size_t(t)].resize(n);
-      if (n > 0)
-        CUDA_CHECK(cudaMemcpyAsync(got[size_t(t)].data(), b.sample_candidates.get() + size_t(t) * kSampleCandidates,
-                                   size_t(n) * sizeof(SampleCandidate), cudaMemcpyDeviceToHost, stream_));
-    }
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    out.chunk_mass.assign(rounds_.chunk_mass.host(), rounds_.chunk_mass.host() + size_t(tokens) * chunks);
+    out.fine_mass.clear();
     for (int t = 0; t < tokens; ++t)
-      for (const SampleCandidate& c : got[size_t(t)])
-        out.candidates[size_t(t)].push_back(sample::Boundary{c.key, c.id, c.weight});
+      out.fine_mass.insert(out.fine_mass.end(), std::begin(rounds_.scratch.host()[t].fine_mass),
+                           std::end(rounds_.scratch.host()[t].fine_mass));
+    out.overflow.assign(size_t(tokens), 0);
+    std::vector<size_t> at(size_t(tokens) + 1, 0);  // token t's candidates at [at[t], at[t + 1]) of the staging
+    for (int t = 0; t < tokens; ++t) {
+      const uint32_t n = rounds_.scratch.host()[t].n_candidates;
+      out.overflow[size_t(t)] = n > uint32_t(kSampleCandidates) ? 1 : 0;
+      at[size_t(t) + 1] = at[size_t(t)] + (out.overflow[size_t(t)] ? 0 : n);
+    }
+    if (rounds_.candidates.size() < at.back()) rounds_.candidates.reset(at.back() + at.back() / 2);
+    for (int t = 0; t < tokens; ++t)
+      if (at[size_t(t) + 1] > at[size_t(t)])
+        CUDA_CHECK(cudaMemcpyAsync(rounds_.candidates.host() + at[size_t(t)],
+                                   b.sample_candidates.get() + size_t(t) * kSampleCandidates,
+                                   (at[size_t(t) + 1] - at[size_t(t)]) * sizeof(SampleCandidate), cudaMemcpyDeviceToHost,
+                                   stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    out.candidates.assign(size_t(tokens), {});
+    for (int t = 0; t < tokens; ++t)
+      out.candidates[size_t(t)].assign(rounds_.candidates.host() + at[size_t(t)], rounds_.candidates.host() + at[size_t(t) + 1]);
   }
 
-  void fetch_logits(int token, int64_t first, int64_t count, float* out) {
-    check_round_tokens(token + 1);
-    if (first < 0 || count < 0 || first + count > head_.vocab)
-      throw Error("fetch_logits: ids [" + std::to_string(first) + ", " + std::to_string(first + count) +
-                  ") are outside this head's " + std::to_string(head_.vocab) + " rows");
+  void fetch_logit_runs(std::span<const LogitRun> runs, float* out) {
+    size_t total = 0;
+    for (const LogitRun& r : runs) {
+      check_round_tokens(r.token + 1);
+      if (r.first < 0 || r.count < 0 || r.first + r.count > head_.vocab)
+        throw Error("fetch_logit_runs: ids [" + std::to_string(r.first) + ", " + std::to_string(r.first + r.count) +
+                    ") are outside this head's " + std::to_string(head_.vocab) + " rows");
+      total += size_t(r.count);
+    }
     CUDA_CHECK(cudaSetDevice(device_));
-    CUDA_CHECK(cudaMemcpyAsync(out, buffers_->logits + size_t(token) * size_t(head_.vocab) + size_t(first),
-                               size_t(count) * 4, cudaMemcpyDeviceToHost, stream_));
+    if (rounds_.logits.size() < total) rounds_.logits.reset(total);
+    size_t at = 0;
+    for (const LogitRun& r : runs) {
+      CUDA_CHECK(cudaMemcpyAsync(rounds_.logits.host() + at, buffers_->logits + size_t(r.token) * size_t(head_.vocab) + size_t(r.first),
+                                 size_t(r.count) * 4, cudaMemcpyDeviceToHost, stream_));
+      at += size_t(r.count);
+    }
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(out, rounds_.logits.host(), total * 4);
   }
 
   uint64_t head_device_bytes() const { return head_copies_->bytes(); }
@@ -474,6 +496,14 @@ class CudaBackend final : public Backend {
     grow(b.chunk_mass, size_t(kMaxTokens) * round_chunks());
     if (top_p) grow(b.sample_candidates, size_t(kMaxTokens) * kSampleCandidates);
     if (changed) clear_graphs();  // captured graphs may hold the old buffers
+    if (rounds_.call.size() == 0) {
+      rounds_.call.reset(1);
+      rounds_.max.reset(size_t(kMaxTokens));
+      rounds_.boundary.reset(size_t(kMaxTokens));
+      rounds_.scratch.reset(size_t(kMaxTokens));
+    }
+    if (rounds_.chunk_mass.size() < size_t(kMaxTokens) * round_chunks())
+      rounds_.chunk_mass.reset(size_t(kMaxTokens) * round_chunks());
   }
   SampleParams round_params(int tokens, bool top_p) const {
     const CallBuffers& b = *buffers_;
@@ -490,10 +520,10 @@ class CudaBackend final : public Backend {
     sp.rounds_only = 1;
     return sp;
   }
-  void download_round_scratch(int tokens) {
-    round_scratch_.resize(size_t(tokens));
-    CUDA_CHECK(cudaMemcpyAsync(round_scratch_.data(), buffers_->sample_scratch.get(), size_t(tokens) * sizeof(SampleScratch),
-                               cudaMemcpyDeviceToHost, stream_));
+  // The first `bytes` of each token's scratch into the pinned copy (the rest of it stays stale).
+  void download_round_scratch(int tokens, size_t bytes) {
+    CUDA_CHECK(cudaMemcpy2DAsync(rounds_.scratch.host(), sizeof(SampleScratch), buffers_->sample_scratch.get(),
+                                 sizeof(SampleScratch), bytes, size_t(tokens), cudaMemcpyDeviceToHost, stream_));
   }
 
   void collect_times(const Shape& s, std::vector<StageTime>& times) const {
@@ -543,7 +573,18 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<DeviceHead> head_copies_;
   std::unique_ptr<CallBuffers> buffers_;
-  std::vector<SampleScratch> round_scratch_;  // the sampling rounds' per-token sums, downloaded
+  // The sampling rounds' host side, pinned so that every copy is asynchronous and one
+  // synchronization ends a round; allocated by the first round (the candidates and logits grow to
+  // the largest round seen).
+  struct RoundStaging {
+    MappedHostArray<SampleCallParams> call;
+    MappedHostArray<float> max;
+    MappedHostArray<int32_t> boundary;
+    MappedHostArray<SampleScratch> scratch;
+    MappedHostArray<unsigned long long> chunk_mass;
+    MappedHostArray<SampleCandidate> candidates;
+    MappedHostArray<float> logits;
+  } rounds_;
   cudaEvent_t input_ready_ = nullptr;  // the caller's stream reached the call
   std::vector<std::pair<int32_t, float>> uploaded_bias_;  // the bias sample_bias holds
 };
@@ -579,8 +620,8 @@ void sample_round_weights(Backend& backend, const SamplingOptions& call, const f
 void sample_round_boundary(Backend& backend, const int32_t* boundary_per_token, int tokens, ShardBoundary& out) {
   as_cuda(backend).sample_round_boundary(boundary_per_token, tokens, out);
 }
-void fetch_logits(Backend& backend, int token, int64_t first, int64_t count, float* out) {
-  as_cuda(backend).fetch_logits(token, first, count, out);
+void fetch_logit_runs(Backend& backend, std::span<const LogitRun> runs, float* out) {
+  as_cuda(backend).fetch_logit_runs(runs, out);
 }
 CallInfo last_call(Backend& backend) { return as_cuda(backend).last_; }
 uint64_t head_device_bytes(Backend& backend) { return as_cuda(backend).head_device_bytes(); }

@@ -213,9 +213,11 @@ struct SampleScratch {
   unsigned long long hist[2048];  // top-p: integer mass per rank bucket (sample::kRankBuckets)
   // top-p: the boundary bucket's mass and ids per fine bin (the next 10 bits of max - z), so that
   // its last block orders only the few ids of one fine bin
-  unsigned long long fine_mass[1024];
+  unsigned long long fine_mass[1024];  // kSampleFineBins
   uint32_t fine_count[1024];
 };
+
+constexpr int kSampleFineBins = 1024;  // SampleScratch::fine_mass
 
 struct SampleCandidate {
   unsigned long long key;  // sample::descending_key(z)

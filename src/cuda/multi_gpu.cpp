@@ -252,7 +252,9 @@ class MultiGpuBackend final : public Backend {
     }
 
     out.sampled.clear();
-    if (req.sampling != nullptr) out.sampled = sample_on_shards(*req.sampling, req.sample_position, out.summaries);
+    std::vector<StageTime> sampling_times;
+    if (req.sampling != nullptr)
+      out.sampled = sample_on_shards(*req.sampling, req.sample_position, out.summaries, sampling_times);
     const auto t_sampled = std::chrono::steady_clock::now();
 
     out.logits.clear();
@@ -266,8 +268,10 @@ class MultiGpuBackend final : public Backend {
     book_slowest_shard_times(out.times, outs_);
     out.times.push_back({"exchange: merge of per-shard summaries", ms_between(t1, t2)});
     if (req.logprobs) out.times.push_back({"exchange: logprob chunk sums against the global max", ms_between(t2, t3)});
-    if (req.sampling != nullptr)
+    if (req.sampling != nullptr) {
       out.times.push_back({"exchange: sampling rounds over the shards", ms_between(t3, t_sampled)});
+      out.times.insert(out.times.end(), sampling_times.begin(), sampling_times.end());
+    }
     if (req.want_logits || req.want_stages) out.times.push_back({"gather of logits (asked for)", ms_between(t_sampled, t4)});
   }
 
@@ -284,7 +288,13 @@ class MultiGpuBackend final : public Backend {
   // finite, or whose boundary bucket holds more ids than a shard keeps, is drawn from its logits
   // (fetched from every shard) by the host sampler itself.
   std::vector<int32_t> sample_on_shards(const SamplingOptions& o, int64_t position,
-                                        const std::vector<select::TokenSummary>& summaries) {
+                                        const std::vector<select::TokenSummary>& summaries,
+                                        std::vector<StageTime>& times) {
+    auto lap = [&, last = std::chrono::steady_clock::now()](const char* label) mutable {
+      const auto now = std::chrono::steady_clock::now();
+      times.push_back({label, ms_between(last, now)});
+      last = now;
+    };
     const int n = int(parts_.size()), tokens = int(summaries.size());
     const int64_t V = head_.vocab, chunks = (V + sample::kChunk - 1) / sample::kChunk;
     const bool top_p = o.top_p < 1;
@@ -296,6 +306,7 @@ class MultiGpuBackend final : public Backend {
     }
     std::vector<ShardWeights> weights(static_cast<size_t>(n));
     pool_.run([&](int s) { sample_round_weights(*parts_[size_t(s)], o, max_logit.data(), tokens, weights[size_t(s)]); });
+    lap("sampling: weights round on the shards");
 
     // Per token: the chunk masses in global chunk order (a shard's chunk c is chunk bounds[s] / 512 + c).
     std::vector<std::vector<uint64_t>> mass(size_t(tokens), std::vector<uint64_t>(size_t(chunks), 0));
@@ -328,58 +339,91 @@ class MultiGpuBackend final : public Backend {
         bucket[size_t(t)] = b;
       }
       std::vector<ShardBoundary> edge(static_cast<size_t>(n));
+      lap("sampling: merge of the weights");
       pool_.run([&](int s) { sample_round_boundary(*parts_[size_t(s)], bucket.data(), tokens, edge[size_t(s)]); });
+      lap("sampling: boundary round on the shards");
       for (int t = 0; t < tokens; ++t) {
         if (on_host[size_t(t)]) continue;
-        std::vector<sample::Boundary> cands;
-        for (int s = 0; s < n; ++s) {
+        for (int s = 0; s < n; ++s)
           if (edge[size_t(s)].overflow[size_t(t)]) on_host[size_t(t)] = 1;
-          for (sample::Boundary c : edge[size_t(s)].candidates[size_t(t)]) {
-            c.id += int32_t(bounds_[size_t(s)]);
-            cands.push_back(c);
-          }
-        }
         if (on_host[size_t(t)]) continue;
         place(t, [&](int s) { return edge[size_t(s)].chunk_mass.data(); });
-        uint64_t reached = 0;
-        const size_t last = sample::select_boundary(cands, before[size_t(t)], target[size_t(t)], reached);
-        for (size_t j = 0; j <= last; ++j) mass[size_t(t)][size_t(cands[j].id / sample::kChunk)] += cands[j].w;
+        // Fine bins are monotone in max - z like the buckets, so the boundary lies in the first fine
+        // bin where the mass reaches the target: ids of lower bins are in, of higher bins out, and
+        // only that bin's ids are ordered (select_boundary on all of them finds the same id).
+        std::vector<uint64_t> fine(size_t(kSampleFineBins), 0);
+        for (const ShardBoundary& e : edge)
+          for (size_t f = 0; f < fine.size(); ++f) fine[f] += e.fine_mass[size_t(t) * fine.size() + f];
+        uint64_t below = before[size_t(t)], reached = 0;  // the mass ranking before the crossing bin
+        int crossing = 0;
+        while (below + fine[size_t(crossing)] < target[size_t(t)]) below += fine[size_t(crossing++)];
+        std::vector<sample::Boundary> few;
+        for (int s = 0; s < n; ++s)
+          for (const SampleCandidate& c : edge[size_t(s)].candidates[size_t(t)]) {
+            const int64_t id = bounds_[size_t(s)] + c.id;
+            if (c.fine < crossing) mass[size_t(t)][size_t(id / sample::kChunk)] += c.weight;
+            else if (c.fine == crossing) few.push_back(sample::Boundary{c.key, int32_t(id), c.weight});
+          }
+        const size_t last = sample::select_boundary(few, below, target[size_t(t)], reached);
+        for (size_t j = 0; j <= last; ++j) mass[size_t(t)][size_t(few[j].id / sample::kChunk)] += few[j].w;
         total[size_t(t)] = reached;
-        threshold[size_t(t)] = cands[last];
+        threshold[size_t(t)] = few[last];
       }
     }
 
+    // The draws: each token's target, the chunk holding it, that chunk's logits fetched from its
+    // owner (one batch per shard), and its ids weighed as the host sampler weighs them, in id order.
+    lap(top_p ? "sampling: the boundaries selected" : "sampling: merge of the weights");
     std::vector<int32_t> sampled(size_t(tokens), -1);
+    std::vector<uint64_t> rest(size_t(tokens), 0);
+    std::vector<int64_t> chunk(size_t(tokens), -1);
+    std::vector<std::vector<LogitRun>> runs(static_cast<size_t>(n));
+    std::vector<std::vector<int>> run_token(static_cast<size_t>(n));
     for (int t = 0; t < tokens; ++t) {
-      if (on_host[size_t(t)]) {
-        sampled[size_t(t)] = sample_from_fetched_logits(o, position + t, t);
-        continue;
-      }
-      uint64_t rest = sample::draw_target(sample::random128(o.seed, position + t, sample::Stream::draw), total[size_t(t)]);
+      if (on_host[size_t(t)]) continue;
+      uint64_t r = sample::draw_target(sample::random128(o.seed, position + t, sample::Stream::draw), total[size_t(t)]);
       int64_t c = 0;
-      while (c < chunks && rest >= mass[size_t(t)][size_t(c)]) rest -= mass[size_t(t)][size_t(c++)];
+      while (c < chunks && r >= mass[size_t(t)][size_t(c)]) r -= mass[size_t(t)][size_t(c++)];
       if (c == chunks) throw Error("internal: the draw's target is not below the shards' total weight");
-      // The chunk's ids, weighed as the host sampler weighs them, in id order.
-      const int64_t first = c * sample::kChunk, count = std::min(V, first + sample::kChunk) - first;
+      rest[size_t(t)] = r;
+      chunk[size_t(t)] = c;
+      const int64_t first = c * sample::kChunk;
       const size_t s = shard_of(first);
-      float x[sample::kChunk];
-      double z[sample::kChunk];
-      uint64_t w[sample::kChunk];
-      uint16_t rank[sample::kChunk];
-      fetch_logits(*parts_[s], t, first - bounds_[s], count, x);
-      sample::scaled_logits(x, count, double(o.temperature), z);
-      const double m = sample::scaled_logit(max_logit[size_t(t)], 0.0f, double(o.temperature));
-      sample::row_weights(z, count, m, double(o.min_p), w, top_p ? rank : nullptr);
-      for (int64_t i = 0; i < count && sampled[size_t(t)] < 0; ++i) {
-        const sample::Boundary me{sample::descending_key(z[i]), int32_t(first + i), 0};
-        const bool member = !top_p || rank[i] < bucket[size_t(t)] ||
-                            (rank[i] == bucket[size_t(t)] && !sample::boundary_before(threshold[size_t(t)], me));
-        const uint64_t wi = member ? w[i] : 0;
-        if (rest < wi) sampled[size_t(t)] = int32_t(first + i);
-        else rest -= wi;
-      }
-      if (sampled[size_t(t)] < 0) throw Error("internal: the draw's chunk does not hold its target");
+      runs[s].push_back(LogitRun{t, first - bounds_[s], std::min(V, first + sample::kChunk) - first});
+      run_token[s].push_back(t);
     }
+    std::vector<std::vector<float>> fetched(static_cast<size_t>(n));
+    pool_.run([&](int s) {
+      fetched[size_t(s)].resize(runs[size_t(s)].size() * size_t(sample::kChunk));
+      if (!runs[size_t(s)].empty()) fetch_logit_runs(*parts_[size_t(s)], runs[size_t(s)], fetched[size_t(s)].data());
+    });
+    lap("sampling: the draws' chunks fetched");
+    for (int s = 0; s < n; ++s) {
+      const float* x = fetched[size_t(s)].data();
+      for (size_t j = 0; j < runs[size_t(s)].size(); x += runs[size_t(s)][j].count, ++j) {
+        const int t = run_token[size_t(s)][j];
+        const int64_t first = chunk[size_t(t)] * sample::kChunk, count = runs[size_t(s)][j].count;
+        double z[sample::kChunk];
+        uint64_t w[sample::kChunk];
+        uint16_t rank[sample::kChunk];
+        sample::scaled_logits(x, count, double(o.temperature), z);
+        const double m = sample::scaled_logit(max_logit[size_t(t)], 0.0f, double(o.temperature));
+        sample::row_weights(z, count, m, double(o.min_p), w, top_p ? rank : nullptr);
+        uint64_t r = rest[size_t(t)];
+        for (int64_t i = 0; i < count && sampled[size_t(t)] < 0; ++i) {
+          const sample::Boundary me{sample::descending_key(z[i]), int32_t(first + i), 0};
+          const bool member = !top_p || rank[i] < bucket[size_t(t)] ||
+                              (rank[i] == bucket[size_t(t)] && !sample::boundary_before(threshold[size_t(t)], me));
+          const uint64_t wi = member ? w[i] : 0;
+          if (r < wi) sampled[size_t(t)] = int32_t(first + i);
+          else r -= wi;
+        }
+        if (sampled[size_t(t)] < 0) throw Error("internal: the draw's chunk does not hold its target");
+      }
+    }
+    for (int t = 0; t < tokens; ++t)
+      if (on_host[size_t(t)]) sampled[size_t(t)] = sample_from_fetched_logits(o, position + t, t);
+    lap("sampling: the draws");
     return sampled;
   }
 
@@ -391,7 +435,8 @@ class MultiGpuBackend final : public Backend {
     for (int s = 0; s < n; ++s) {
       const int64_t begin = bounds_[size_t(s)], end = bounds_[size_t(s) + 1];
       rows[size_t(s)].resize(size_t(end - begin));
-      fetch_logits(*parts_[size_t(s)], t, 0, end - begin, rows[size_t(s)].data());
+      const LogitRun all{t, 0, end - begin};
+      fetch_logit_runs(*parts_[size_t(s)], std::span<const LogitRun>(&all, 1), rows[size_t(s)].data());
       ranges[size_t(s)] = {rows[size_t(s)].data(), begin, end};
     }
     return sample::sample_token_in_ranges(ranges, head_.vocab, o, nullptr, position);

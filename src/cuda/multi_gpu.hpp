@@ -1,9 +1,11 @@
 #pragma once
 // Pieces of the multi-GPU head that live next to the CUDA backend (not public API).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "cuda/kernels.hpp"
 #include "sample/boundary.hpp"
 
 namespace lmhead::cuda {
@@ -33,17 +35,25 @@ struct ShardWeights {
 void sample_round_weights(Backend& backend, const SamplingOptions& call, const float* max_per_token, int tokens,
                           ShardWeights& out);
 // Round 3 (top-p), after round 2 on the same backend: with each token's boundary bucket, the chunk
-// masses of the ids in earlier buckets and the boundary bucket's ids (shard-local id, rank key,
-// weight). `overflow[t]` when the bucket holds more ids than the device keeps (kSampleCandidates):
-// the caller then draws that token from the logits.
+// masses of the ids in earlier buckets, the boundary bucket's mass per fine bin (the next 10 bits
+// of max - z, monotone like the bucket: sample.cu's fine_bin) and its ids (shard-local id, rank
+// key, weight, fine bin). `overflow[t]` when the bucket holds more ids than the device keeps
+// (kSampleCandidates): the caller then draws that token from the logits.
 struct ShardBoundary {
   std::vector<uint64_t> chunk_mass;  // [tokens][chunks]
-  std::vector<std::vector<sample::Boundary>> candidates;
+  std::vector<uint64_t> fine_mass;   // [tokens][kSampleFineBins]
+  std::vector<std::vector<SampleCandidate>> candidates;
   std::vector<uint8_t> overflow;
 };
 void sample_round_boundary(Backend& backend, const int32_t* boundary_per_token, int tokens, ShardBoundary& out);
-// Logits [first, first + count) of token `token` of the last forward (the draw's one chunk).
-void fetch_logits(Backend& backend, int token, int64_t first, int64_t count, float* out);
+// Logits [first, first + count) of token `token` of the last forward, for each run in turn, into
+// out (the runs' counts add up): the draws' chunks, and the rare token drawn from all its logits.
+struct LogitRun {
+  int token = 0;
+  int64_t first = 0;
+  int64_t count = 0;
+};
+void fetch_logit_runs(Backend& backend, std::span<const LogitRun> runs, float* out);
 
 // For benchmarks and tests, on a backend made by make_multi_gpu_backend: the tuning of every
 // shard, the last call of every shard, and whether the shards share one input buffer that each

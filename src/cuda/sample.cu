@@ -33,7 +33,7 @@ constexpr int kThreads = 256;
 // busy (four chunks per block measured 17 us against 13 at T = 1, the same at T = 8: performance.md).
 constexpr int kChunkIds = 512;  // sample::kChunk
 constexpr int kIdsPerThread = kChunkIds / kThreads;
-constexpr int kFineBins = 1024;
+constexpr int kFineBins = kSampleFineBins;
 constexpr int kFewCandidates = 512;  // ids of one fine bin the last block orders directly
 // Bins a last block stages in shared memory for its scans: the fine bins, and the chunk masses of a
 // vocabulary up to 524,288 ids (a larger one scans them in global memory).
