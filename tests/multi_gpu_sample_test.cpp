@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "cuda/multi_gpu.hpp"
 #include "hardening_util.hpp"
 #include "lmhead/lmhead.hpp"
 

@@ -39,6 +39,7 @@ namespace cuda {
 namespace {
 
 static_assert(kMaxTokens == kMaxTokensPerPass, "a pass of the engine is one call's graph");
+static_assert(kShardFineBins == kSampleFineBins, "multi_gpu.hpp's fine bins are the sampling kernels'");
 
 class CudaBackend final : public Backend {
  public:
@@ -283,8 +284,14 @@ class CudaBackend final : public Backend {
                                    stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     out.candidates.assign(size_t(tokens), {});
-    for (int t = 0; t < tokens; ++t)
-      out.candidates[size_t(t)].assign(rounds_.candidates.host() + at[size_t(t)], rounds_.candidates.host() + at[size_t(t) + 1]);
+    for (int t = 0; t < tokens; ++t) {
+      std::vector<ShardCandidate>& to = out.candidates[size_t(t)];
+      to.reserve(at[size_t(t) + 1] - at[size_t(t)]);
+      for (size_t i = at[size_t(t)]; i < at[size_t(t) + 1]; ++i) {
+        const SampleCandidate& c = rounds_.candidates.host()[i];
+        to.push_back(ShardCandidate{c.key, c.weight, c.id, c.fine});
+      }
+    }
   }
 
   void fetch_logit_runs(std::span<const LogitRun> runs, float* out) {

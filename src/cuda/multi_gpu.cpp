@@ -351,7 +351,7 @@ class MultiGpuBackend final : public Backend {
         // Fine bins are monotone in max - z like the buckets, so the boundary lies in the first fine
         // bin where the mass reaches the target: ids of lower bins are in, of higher bins out, and
         // only that bin's ids are ordered (select_boundary on all of them finds the same id).
-        std::vector<uint64_t> fine(size_t(kSampleFineBins), 0);
+        std::vector<uint64_t> fine(size_t(kShardFineBins), 0);
         for (const ShardBoundary& e : edge)
           for (size_t f = 0; f < fine.size(); ++f) fine[f] += e.fine_mass[size_t(t) * fine.size() + f];
         uint64_t below = before[size_t(t)], reached = 0;  // the mass ranking before the crossing bin
@@ -359,7 +359,7 @@ class MultiGpuBackend final : public Backend {
         while (below + fine[size_t(crossing)] < target[size_t(t)]) below += fine[size_t(crossing++)];
         std::vector<sample::Boundary> few;
         for (int s = 0; s < n; ++s)
-          for (const SampleCandidate& c : edge[size_t(s)].candidates[size_t(t)]) {
+          for (const ShardCandidate& c : edge[size_t(s)].candidates[size_t(t)]) {
             const int64_t id = bounds_[size_t(s)] + c.id;
             if (c.fine < crossing) mass[size_t(t)][size_t(id / sample::kChunk)] += c.weight;
             else if (c.fine == crossing) few.push_back(sample::Boundary{c.key, int32_t(id), c.weight});

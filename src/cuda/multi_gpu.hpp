@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "cuda/kernels.hpp"
 #include "sample/boundary.hpp"
 
 namespace lmhead::cuda {
@@ -39,10 +38,17 @@ void sample_round_weights(Backend& backend, const SamplingOptions& call, const f
 // of max - z, monotone like the bucket: sample.cu's fine_bin) and its ids (shard-local id, rank
 // key, weight, fine bin). `overflow[t]` when the bucket holds more ids than the device keeps
 // (kSampleCandidates): the caller then draws that token from the logits.
+constexpr int kShardFineBins = 1024;  // kSampleFineBins of kernels.hpp (this header stays CUDA-free)
+struct ShardCandidate {
+  uint64_t key;  // sample::descending_key(z)
+  uint64_t weight;
+  int32_t id;    // shard-local
+  int32_t fine;
+};
 struct ShardBoundary {
   std::vector<uint64_t> chunk_mass;  // [tokens][chunks]
-  std::vector<uint64_t> fine_mass;   // [tokens][kSampleFineBins]
-  std::vector<std::vector<SampleCandidate>> candidates;
+  std::vector<uint64_t> fine_mass;   // [tokens][kShardFineBins]
+  std::vector<std::vector<ShardCandidate>> candidates;
   std::vector<uint8_t> overflow;
 };
 void sample_round_boundary(Backend& backend, const int32_t* boundary_per_token, int tokens, ShardBoundary& out);
