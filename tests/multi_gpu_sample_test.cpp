@@ -5,6 +5,7 @@
 // runs the same code as one shard per GPU. Skips with a visible message without a GPU.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,28 +35,32 @@ std::vector<int32_t> sampled(const RunResult& r) {
   return v;
 }
 
-// Runs `o` on every engine and expects the reference's tokens; `on_shards` says whether the split
-// engines should have sampled with the rounds (no logits gathered) or left it to the engine.
-void expect_same_tokens(Engine& scalar, Engine& one, std::vector<std::unique_ptr<Engine>>& split,
-                        const std::vector<float>& hidden, int T, const RunOptions& o, bool on_shards,
-                        const std::string& what) {
-  const std::vector<int32_t> ref = sampled(scalar.run(hidden, T, o));
-  EXPECT_EQ(sampled(one.run(hidden, T, o)), ref) << what << ", one GPU";
-  for (auto& e : split) {
-    const RunResult r = e->run(hidden, T, o);
-    EXPECT_EQ(sampled(r), ref) << what << ", " << e->backend_name();
-    EXPECT_EQ(has_time(r, "exchange: sampling rounds over the shards"), on_shards) << what << ", " << e->backend_name();
-    if (on_shards) {
-      EXPECT_FALSE(has_time(r, "gather of logits (asked for)")) << what << ": logits were gathered";
+// The reference engines (host sampler on the scalar backend, the one-GPU backend) and the split ones.
+struct Engines {
+  Engines(const std::shared_ptr<const Model>& model, const std::vector<int>& shards)
+      : scalar(model, {.backend = BackendKind::scalar}), one(model, {.backend = BackendKind::cuda}) {
+    for (int s : shards) split.push_back(std::make_unique<Engine>(model, EngineOptions{.backend = BackendKind::cuda, .shards = s}));
+  }
+
+  // Runs `o` on every engine and expects the scalar backend's tokens; `on_shards` says whether the
+  // split engines should have sampled with the rounds (no logits gathered) or left it to the engine.
+  void expect_same_tokens(const std::vector<float>& hidden, int T, const RunOptions& o, bool on_shards,
+                          const std::string& what) {
+    const std::vector<int32_t> ref = sampled(scalar.run(hidden, T, o));
+    EXPECT_EQ(sampled(one.run(hidden, T, o)), ref) << what << ", one GPU";
+    for (auto& e : split) {
+      const RunResult r = e->run(hidden, T, o);
+      EXPECT_EQ(sampled(r), ref) << what << ", " << e->backend_name();
+      EXPECT_EQ(has_time(r, "exchange: sampling rounds over the shards"), on_shards) << what << ", " << e->backend_name();
+      if (on_shards) {
+        EXPECT_FALSE(has_time(r, "gather of logits (asked for)")) << what << ": logits were gathered";
+      }
     }
   }
-}
 
-std::vector<std::unique_ptr<Engine>> split_engines(const std::shared_ptr<const Model>& model, std::vector<int> shards) {
-  std::vector<std::unique_ptr<Engine>> v;
-  for (int s : shards) v.push_back(std::make_unique<Engine>(model, EngineOptions{.backend = BackendKind::cuda, .shards = s}));
-  return v;
-}
+  Engine scalar, one;
+  std::vector<std::unique_ptr<Engine>> split;
+};
 
 // A Q5_K head (tensor-core kernels) of 20,011 ids: the last shard ends inside a chunk. Hidden
 // states scaled from nearly flat logits (top-p keeps thousands of ids) to peaked ones.
@@ -63,9 +68,7 @@ TEST(MultiGpuSample, ShardsDrawTheOneGpuAndHostSamplersTokens) {
   SKIP_WITHOUT_GPU();
   TempDir dir;
   const auto model = Model::open(make_checkpoint(dir, "q5_K", 20011, 512, "--seed 3"));
-  Engine scalar(model, {.backend = BackendKind::scalar});
-  Engine one(model, {.backend = BackendKind::cuda});
-  auto split = split_engines(model, {2, 5});
+  Engines engines(model, {2, 5});
   for (float spread : {0.05f, 1.0f, 8.0f})
     for (int T : {1, 16}) {
       std::vector<float> hidden = test_hidden(T, 512, uint64_t(T) * 5 + 2);
@@ -82,7 +85,7 @@ TEST(MultiGpuSample, ShardsDrawTheOneGpuAndHostSamplersTokens) {
               o.sampling.min_p = min_p;
               o.sampling.seed = seed++;
               o.sampling.position = position;
-              expect_same_tokens(scalar, one, split, hidden, T, o, true,
+              engines.expect_same_tokens(hidden, T, o, true,
                                  "spread " + std::to_string(spread) + " T " + std::to_string(T) + " temperature " +
                                      std::to_string(temperature) + " top-p " + std::to_string(top_p) + " min-p " +
                                      std::to_string(min_p) + " position " + std::to_string(position));
@@ -95,8 +98,8 @@ TEST(MultiGpuSample, VerificationGivesTheOneGpuVerdict) {
   SKIP_WITHOUT_GPU();
   TempDir dir;
   const auto model = Model::open(make_checkpoint(dir, "q5_K", 20011, 512, "--seed 3"));
-  Engine one(model, {.backend = BackendKind::cuda});
-  auto split = split_engines(model, {3});
+  Engines engines(model, {3});
+  Engine& one = engines.one;
   const std::vector<float> hidden = test_hidden(8, 512, 9);
   RunOptions o;
   o.sampling.temperature = 1.0f;
@@ -106,7 +109,7 @@ TEST(MultiGpuSample, VerificationGivesTheOneGpuVerdict) {
     const std::vector<int32_t> draft = sampled(one.run(hidden, 8, o));  // accepted up to where a draw differs
     std::vector<int32_t> seven(draft.begin(), draft.begin() + 7);
     seven[size_t(position % 7)] = (seven[size_t(position % 7)] + 1) % 20011;
-    const VerifyResult a = one.verify(hidden, seven, o), b = split[0]->verify(hidden, seven, o);
+    const VerifyResult a = one.verify(hidden, seven, o), b = engines.split[0]->verify(hidden, seven, o);
     EXPECT_EQ(a.accepted, b.accepted) << "position " << position;
     EXPECT_EQ(a.next, b.next) << "position " << position;
   }
@@ -121,9 +124,7 @@ TEST(MultiGpuSample, TiesAtTheTopPBoundary) {
   TempDir dir;
   for (int64_t V : {int64_t(80000), int64_t(160000)}) {
     const auto model = Model::open(make_checkpoint(dir, "q8_0", V, 256, "--seed 4 --logit-scale 1000 --softcap 1"));
-    Engine scalar(model, {.backend = BackendKind::scalar});
-    Engine one(model, {.backend = BackendKind::cuda});
-    auto split = split_engines(model, {2});
+    Engines engines(model, {2});
     const std::vector<float> hidden = test_hidden(2, 256, 11);
     for (float top_p : {0.3f, 0.999f})
       for (int64_t position = 0; position < 6; ++position) {
@@ -132,7 +133,7 @@ TEST(MultiGpuSample, TiesAtTheTopPBoundary) {
         o.sampling.top_p = top_p;
         o.sampling.seed = 5;
         o.sampling.position = position;
-        expect_same_tokens(scalar, one, split, hidden, 2, o, true,
+        engines.expect_same_tokens(hidden, 2, o, true,
                            "V " + std::to_string(V) + " top-p " + std::to_string(top_p));
       }
   }
@@ -143,9 +144,7 @@ TEST(MultiGpuSample, OptionsTheShardsDoNotTakeGoToTheEngine) {
   SKIP_WITHOUT_GPU();
   TempDir dir;
   const auto model = Model::open(make_checkpoint(dir, "q5_K", 20011, 512, "--seed 3"));
-  Engine scalar(model, {.backend = BackendKind::scalar});
-  Engine one(model, {.backend = BackendKind::cuda});
-  auto split = split_engines(model, {3});
+  Engines engines(model, {3});
   const std::vector<float> hidden = test_hidden(3, 512, 4);
   RunOptions k;
   k.sampling.temperature = 1.0f;
@@ -161,7 +160,7 @@ TEST(MultiGpuSample, OptionsTheShardsDoNotTakeGoToTheEngine) {
     for (int64_t position : {int64_t(0), int64_t(77)}) {
       RunOptions p = *o;
       p.sampling.position = position;
-      expect_same_tokens(scalar, one, split, hidden, 3, p, false, "gathered options");
+      engines.expect_same_tokens(hidden, 3, p, false, "gathered options");
     }
 }
 

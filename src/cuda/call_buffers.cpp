@@ -96,6 +96,22 @@ bool CallBuffers::guards_intact(int64_t vocab, cudaStream_t stream) const {
   return true;
 }
 
+SampleParams CallBuffers::sample_params(int64_t vocab, int T, bool top_p) const {
+  SampleParams sp;
+  sp.logits = logits;
+  sp.max_in = max_out.get();
+  sp.call = sample_call.get();
+  sp.bias = sample_bias.get();
+  sp.mask = sample_mask.get();
+  sp.scratch = sample_scratch.get();
+  sp.chunk_mass = chunk_mass.get();
+  sp.candidates = sample_candidates.get();
+  sp.vocab = int(vocab);
+  sp.T = T;
+  sp.top_p = top_p ? 1 : 0;
+  return sp;
+}
+
 HostResults CallBuffers::host_results() const {
   return HostResults{results.host(), h_candidates.host(), h_sums.host(), h_logits.host(), h_normed.host(),
                      h_raw.host(),     h_scaled.host(),     h_div.host(),  h_tanh.host()};

@@ -30,6 +30,9 @@ struct CallBuffers {
   // The sentinel bands around the device logits are untouched (TestHooks::check_guards).
   bool guards_intact(int64_t vocab, cudaStream_t stream) const;
   HostResults host_results() const;
+  // The sampling kernels' buffers (logits, maximum, parameters, bias, mask, scratch, chunk masses,
+  // candidates) for T tokens of a vocabulary; the caller sets how the answer is delivered.
+  SampleParams sample_params(int64_t vocab, int T, bool top_p) const;
 
   // The hidden states' buffer: the caller's portable one (use_input_buffer), else this one's.
   float* input_host() const { return shared_input != nullptr ? shared_input : hidden.host(); }

@@ -156,23 +156,12 @@ void record_call(const Shape& s, const CallTarget& c) {
     if (stage_events) record_stage_event(c.events[kSelectDone], c.stream);
   }
   if (s.sample) {
-    SampleParams sp;
-    sp.logits = b.logits;
-    sp.max_in = b.max_out.get();
-    sp.call = b.sample_call.get();
-    sp.bias = b.sample_bias.get();
-    sp.mask = b.sample_mask.get();
-    sp.scratch = b.sample_scratch.get();
-    sp.chunk_mass = b.chunk_mass.get();
-    sp.candidates = b.sample_candidates.get();
+    SampleParams sp = b.sample_params(V, s.T, s.sample_top_p);
     sp.sampled = b.sampled.device();
     sp.status = b.sample_status.device();
     sp.done_flag = b.done_flag.device();
     sp.call_seq = b.counters.get() + 2;
-    sp.vocab = int(V);
-    sp.T = s.T;
     sp.max_kernel = s.sample_max ? 1 : 0;
-    sp.top_p = s.sample_top_p ? 1 : 0;
     // Right after the head kernel (no select or stage nodes between) the sampling kernels may be
     // launched before it ends and wait for its memory with griddepcontrol.wait.
     sp.pdl = s.pdl && s.k == 0 && !s.logprobs ? 1 : 0;

@@ -513,18 +513,8 @@ class CudaBackend final : public Backend {
       rounds_.chunk_mass.reset(size_t(kMaxTokens) * round_chunks());
   }
   SampleParams round_params(int tokens, bool top_p) const {
-    const CallBuffers& b = *buffers_;
-    SampleParams sp;
-    sp.logits = b.logits;
-    sp.max_in = b.max_out.get();
-    sp.call = b.sample_call.get();
-    sp.scratch = b.sample_scratch.get();
-    sp.chunk_mass = b.chunk_mass.get();
-    sp.candidates = b.sample_candidates.get();
-    sp.vocab = int(head_.vocab);
-    sp.T = tokens;
-    sp.top_p = top_p ? 1 : 0;
-    sp.rounds_only = 1;
+    SampleParams sp = buffers_->sample_params(head_.vocab, tokens, top_p);
+    sp.rounds_only = 1;  // no bias, no mask (no max kernel), no answer written
     return sp;
   }
   // The first `bytes` of each token's scratch into the pinned copy (the rest of it stays stale).
