@@ -139,8 +139,47 @@ TEST(MultiGpuSample, TiesAtTheTopPBoundary) {
   }
 }
 
-// Top-k, a bias or a mask: the engine samples from the gathered logits, still the same token.
-TEST(MultiGpuSample, OptionsTheShardsDoNotTakeGoToTheEngine) {
+// A bias and masks (one for every token, or one per token) run on the shards too: each shard's max
+// kernel first, then the rounds with its slice of the bias and of the mask rows.
+TEST(MultiGpuSample, BiasAndMasksRunOnTheShards) {
+  SKIP_WITHOUT_GPU();
+  TempDir dir;
+  constexpr int64_t V = 20011;
+  const auto model = Model::open(make_checkpoint(dir, "q5_K", V, 512, "--seed 3"));
+  Engines engines(model, {2, 3});
+  const int T = 3;
+  const size_t words = size_t((V + 31) / 32);
+  const std::vector<float> hidden = test_hidden(T, 512, 4);
+  RunOptions bias;
+  bias.sampling.temperature = 1.0f;
+  bias.sampling.logit_bias = {{7, 5.0f}, {10300, 8.0f}, {20000, 3.0f}, {12, -50.0f}};
+  RunOptions mask;
+  mask.sampling.temperature = 0.7f;
+  mask.sampling.top_p = 0.9f;
+  mask.sampling.allowed.assign(words, 0x33333333u);
+  RunOptions per_token = mask;  // token t allows a different quarter of the ids, plus id 19999
+  per_token.sampling.allowed.assign(size_t(T) * words, 0u);
+  for (int t = 0; t < T; ++t) {
+    for (size_t w = 0; w < words; ++w) per_token.sampling.allowed[size_t(t) * words + w] = 0x11111111u << t;
+    per_token.sampling.allowed[size_t(t) * words + 19999 / 32] |= 1u << (19999 % 32);
+  }
+  RunOptions both = per_token;
+  both.sampling.logit_bias = {{19999, 4.0f}, {1, 2.0f}};
+  both.sampling.min_p = 0.02f;
+  const std::vector<std::pair<const RunOptions*, std::string>> cases = {
+      {&bias, "bias"}, {&mask, "mask"}, {&per_token, "mask per token"}, {&both, "bias + masks + top-p + min-p"}};
+  for (const auto& [o, name] : cases)
+    for (int64_t position : {int64_t(0), int64_t(77), int64_t(5000)}) {
+      RunOptions p = *o;
+      p.sampling.position = position;
+      p.sampling.seed = uint64_t(position) + 3;
+      engines.expect_same_tokens(hidden, T, p, true, name + " at " + std::to_string(position));
+    }
+}
+
+// Top-k, and greedy with a bias, are not the shards' (nor the one-GPU backend's): the engine
+// samples from the gathered logits, still the same token. A mask that allows nothing is an error.
+TEST(MultiGpuSample, TopKAndGreedyWithABiasGoToTheEngine) {
   SKIP_WITHOUT_GPU();
   TempDir dir;
   const auto model = Model::open(make_checkpoint(dir, "q5_K", 20011, 512, "--seed 3"));
@@ -149,19 +188,24 @@ TEST(MultiGpuSample, OptionsTheShardsDoNotTakeGoToTheEngine) {
   RunOptions k;
   k.sampling.temperature = 1.0f;
   k.sampling.top_k = 40;
-  RunOptions bias;
-  bias.sampling.temperature = 1.0f;
-  bias.sampling.logit_bias = {{7, 5.0f}, {20000, 3.0f}};
-  RunOptions mask;
-  mask.sampling.temperature = 1.0f;
-  mask.sampling.top_p = 0.9f;
-  mask.sampling.allowed.assign((20011 + 31) / 32, 0x33333333u);
-  for (const RunOptions* o : {&k, &bias, &mask})
+  RunOptions greedy;
+  greedy.sampling.logit_bias = {{7, 50.0f}};
+  for (const RunOptions* o : {&k, &greedy})
     for (int64_t position : {int64_t(0), int64_t(77)}) {
       RunOptions p = *o;
       p.sampling.position = position;
       engines.expect_same_tokens(hidden, 3, p, false, "gathered options");
     }
+  RunOptions none;
+  none.sampling.temperature = 1.0f;
+  none.sampling.allowed.assign((20011 + 31) / 32, 0u);
+  try {
+    engines.split[0]->run(hidden, 3, none);
+    ADD_FAILURE() << "a mask that allows nothing was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no token can be sampled"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(engines.split[0]->run(hidden, 3, k).choices.size(), 3u);  // the engine is whole afterwards
 }
 
 }  // namespace

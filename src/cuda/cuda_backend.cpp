@@ -210,24 +210,53 @@ class CudaBackend final : public Backend {
   // their rounds-only mode over the logits the last forward left on the device, the global maximum
   // in max_out, and only the sums a merge needs downloaded, through pinned buffers, one
   // synchronization per round; nothing here is part of a call's graph.
-  void sample_round_weights(const SamplingOptions& o, const float* max_per_token, int tokens, ShardWeights& out) {
+  // Round 1, with a bias or a mask only: the call's parameters, this shard's bias and mask rows go
+  // to the device (the next rounds read them too), and each token's largest z among this shard's
+  // ids comes back as the max kernel's ordered key (0: none takes part).
+  void sample_round_max(const SamplingOptions& o, const ShardSampleInputs& in, int tokens, uint64_t* max_key) {
+    check_round_tokens(tokens);
+    CUDA_CHECK(cudaSetDevice(device_));
+    ensure_round_buffers(o.top_p < 1);
+    CallBuffers& b = *buffers_;
+    SampleCallParams& c = round_call(o);
+    upload_bias_and_mask(in.bias, in.mask, in.mask_stride, tokens, c);
+    CUDA_CHECK(cudaMemcpyAsync(b.sample_call.get(), &c, sizeof c, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemsetAsync(b.sample_scratch.get(), 0, size_t(tokens) * sizeof(SampleScratch), stream_));
+    SampleParams sp = round_params(tokens, o.top_p < 1);
+    sp.max_kernel = 1;
+    launch_sample_round(sp, 1, stream_);
+    download_round_scratch(tokens, offsetof(SampleScratch, hist));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int t = 0; t < tokens; ++t) max_key[t] = rounds_.scratch.host()[t].max_key;
+    max_round_ran_ = true;
+  }
+
+  void sample_round_weights(const SamplingOptions& o, const float* max_per_token, const uint64_t* global_max_key,
+                            int tokens, ShardWeights& out) {
     check_round_tokens(tokens);
     CUDA_CHECK(cudaSetDevice(device_));
     const bool top_p = o.top_p < 1;
     ensure_round_buffers(top_p);
     CallBuffers& b = *buffers_;
-    SampleCallParams& c = *rounds_.call.host();
-    c = SampleCallParams{};
-    c.temperature = double(o.temperature);
-    c.top_p = double(o.top_p);
-    c.min_p = double(o.min_p);
-    c.seed = o.seed;
-    std::memcpy(rounds_.max.host(), max_per_token, size_t(tokens) * 4);
-    CUDA_CHECK(cudaMemcpyAsync(b.sample_call.get(), &c, sizeof c, cudaMemcpyHostToDevice, stream_));
-    // max_out is the head kernel's scratch: the next forward rewrites it.
-    CUDA_CHECK(cudaMemcpyAsync(b.max_out.get(), rounds_.max.host(), size_t(tokens) * 4, cudaMemcpyHostToDevice, stream_));
+    const bool after_max = global_max_key != nullptr;
+    if (after_max && !max_round_ran_) throw Error("the weights round with a global maximum key needs the max round first");
+    max_round_ran_ = false;
+    if (!after_max) {  // else round 1 left the call's parameters, bias and mask on the device
+      SampleCallParams& c = round_call(o);
+      CUDA_CHECK(cudaMemcpyAsync(b.sample_call.get(), &c, sizeof c, cudaMemcpyHostToDevice, stream_));
+      std::memcpy(rounds_.max.host(), max_per_token, size_t(tokens) * 4);
+      // max_out is the head kernel's scratch: the next forward rewrites it.
+      CUDA_CHECK(cudaMemcpyAsync(b.max_out.get(), rounds_.max.host(), size_t(tokens) * 4, cudaMemcpyHostToDevice, stream_));
+    }
     CUDA_CHECK(cudaMemsetAsync(b.sample_scratch.get(), 0, size_t(tokens) * sizeof(SampleScratch), stream_));
-    launch_sample_round(round_params(tokens, top_p), 2, stream_);
+    SampleParams sp = round_params(tokens, top_p);
+    if (after_max) {  // the weights kernel reads the maximum from the scratch's key, as after its max kernel
+      std::memcpy(rounds_.max_key.host(), global_max_key, size_t(tokens) * 8);
+      CUDA_CHECK(cudaMemcpy2DAsync(&b.sample_scratch.get()->max_key, sizeof(SampleScratch), rounds_.max_key.host(), 8, 8,
+                                   size_t(tokens), cudaMemcpyHostToDevice, stream_));
+      sp.max_kernel = 1;
+    }
+    launch_sample_round(sp, 2, stream_);
     // Per token the scratch's counters and, with top-p, its bucket masses (not the fine bins).
     download_round_scratch(tokens, offsetof(SampleScratch, hist) + (top_p ? sizeof(SampleScratch::hist) : 0));
     const size_t chunks = round_chunks();
@@ -254,7 +283,9 @@ class CudaBackend final : public Backend {
     std::memcpy(rounds_.boundary.host(), boundary_per_token, size_t(tokens) * 4);
     CUDA_CHECK(cudaMemcpy2DAsync(&b.sample_scratch.get()->boundary, sizeof(SampleScratch), rounds_.boundary.host(), 4, 4,
                                  size_t(tokens), cudaMemcpyHostToDevice, stream_));
-    launch_sample_round(round_params(tokens, true), 3, stream_);
+    SampleParams sp = round_params(tokens, true);
+    sp.max_kernel = rounds_.call.host()->has_bias || rounds_.call.host()->has_mask ? 1 : 0;
+    launch_sample_round(sp, 3, stream_);
     download_round_scratch(tokens, offsetof(SampleScratch, hist));
     CUDA_CHECK(cudaMemcpy2DAsync(&rounds_.scratch.host()->fine_mass, sizeof(SampleScratch), &b.sample_scratch.get()->fine_mass,
                                  sizeof(SampleScratch), sizeof(SampleScratch::fine_mass), size_t(tokens),
@@ -360,36 +391,44 @@ class CudaBackend final : public Backend {
   // the same stream.
   void prepare_sampling(const ForwardRequest& req, int tokens) {
     const SamplingOptions& o = *req.sampling;
-    CallBuffers& b = *buffers_;
-    const size_t V = size_t(head_.vocab), words = (V + 31) / 32;
-    SampleCallParams& c = *b.sample_call_in.host();
+    SampleCallParams& c = *buffers_->sample_call_in.host();
     c.temperature = double(o.temperature);
     c.top_p = double(o.top_p);
     c.min_p = double(o.min_p);
     c.seed = o.seed;
     c.position = req.sample_position;
-    c.has_bias = o.logit_bias.empty() ? 0 : 1;
-    c.has_mask = req.sample_mask != nullptr ? 1 : 0;
+    upload_bias_and_mask(o.logit_bias, req.sample_mask, req.sample_mask_stride, tokens, c);
+  }
+
+  // The dense bias (uploaded when it changes) and the mask rows (this head's ceil(V / 32) words of
+  // each, `stride` words apart in `mask`, 0: one row for every token) into device buffers on the
+  // backend's stream; sets c's has_bias, has_mask and mask_stride.
+  void upload_bias_and_mask(const std::vector<std::pair<int32_t, float>>& bias, const uint32_t* mask, size_t stride,
+                            int tokens, SampleCallParams& c) {
+    CallBuffers& b = *buffers_;
+    const size_t V = size_t(head_.vocab), words = (V + 31) / 32;
+    c.has_bias = bias.empty() ? 0 : 1;
+    c.has_mask = mask != nullptr ? 1 : 0;
     c.mask_stride = 0;  // one row for every token, unless per-token rows are uploaded below
-    if (c.has_bias && o.logit_bias != uploaded_bias_) {
+    if (c.has_bias && bias != uploaded_bias_) {
       if (b.sample_bias.size() < V) {
         b.sample_bias.reset(V, stream_);
         clear_graphs();  // captured graphs hold the old pointer
       }
       std::vector<float> dense(V, 0.0f);
-      for (const auto& [id, value] : o.logit_bias) dense[size_t(id)] = value;
+      for (const auto& [id, value] : bias) dense[size_t(id)] = value;
       CUDA_CHECK(cudaMemcpyAsync(b.sample_bias.get(), dense.data(), V * 4, cudaMemcpyHostToDevice, stream_));
-      uploaded_bias_ = o.logit_bias;
+      uploaded_bias_ = bias;
     }
     if (c.has_mask) {
-      const size_t rows = req.sample_mask_stride == 0 ? 1 : size_t(tokens);
+      const size_t rows = stride == 0 ? 1 : size_t(tokens);
       if (b.sample_mask.size() < size_t(kMaxTokens) * words) {
         b.sample_mask.reset(size_t(kMaxTokens) * words, stream_);
         clear_graphs();
       }
       for (size_t r = 0; r < rows; ++r)
-        CUDA_CHECK(cudaMemcpyAsync(b.sample_mask.get() + r * words, req.sample_mask + r * req.sample_mask_stride,
-                                   words * 4, cudaMemcpyHostToDevice, stream_));
+        CUDA_CHECK(cudaMemcpyAsync(b.sample_mask.get() + r * words, mask + r * stride, words * 4, cudaMemcpyHostToDevice,
+                                   stream_));
       if (rows > 1) c.mask_stride = int32_t(words);  // the device's rows are packed
     }
   }
@@ -508,13 +547,24 @@ class CudaBackend final : public Backend {
       rounds_.max.reset(size_t(kMaxTokens));
       rounds_.boundary.reset(size_t(kMaxTokens));
       rounds_.scratch.reset(size_t(kMaxTokens));
+      rounds_.max_key.reset(size_t(kMaxTokens));
     }
     if (rounds_.chunk_mass.size() < size_t(kMaxTokens) * round_chunks())
       rounds_.chunk_mass.reset(size_t(kMaxTokens) * round_chunks());
   }
+  // The rounds' parameters in pinned memory (no bias, no mask until round 1 uploads them).
+  SampleCallParams& round_call(const SamplingOptions& o) {
+    SampleCallParams& c = *rounds_.call.host();
+    c = SampleCallParams{};
+    c.temperature = double(o.temperature);
+    c.top_p = double(o.top_p);
+    c.min_p = double(o.min_p);
+    c.seed = o.seed;
+    return c;
+  }
   SampleParams round_params(int tokens, bool top_p) const {
     SampleParams sp = buffers_->sample_params(head_.vocab, tokens, top_p);
-    sp.rounds_only = 1;  // no bias, no mask (no max kernel), no answer written
+    sp.rounds_only = 1;  // no answer written
     return sp;
   }
   // The first `bytes` of each token's scratch into the pinned copy (the rest of it stays stale).
@@ -576,12 +626,14 @@ class CudaBackend final : public Backend {
   struct RoundStaging {
     MappedHostArray<SampleCallParams> call;
     MappedHostArray<float> max;
+    MappedHostArray<unsigned long long> max_key;
     MappedHostArray<int32_t> boundary;
     MappedHostArray<SampleScratch> scratch;
     MappedHostArray<unsigned long long> chunk_mass;
     MappedHostArray<SampleCandidate> candidates;
     MappedHostArray<float> logits;
   } rounds_;
+  bool max_round_ran_ = false;  // round 1 uploaded the bias and mask the next weights round reads
   cudaEvent_t input_ready_ = nullptr;  // the caller's stream reached the call
   std::vector<std::pair<int32_t, float>> uploaded_bias_;  // the bias sample_bias holds
 };
@@ -610,9 +662,13 @@ Tuning get_tuning(Backend& backend) { return as_cuda(backend).tuning_; }
 void chunk_sums_against(Backend& backend, const float* max_per_token, int tokens, double* out) {
   as_cuda(backend).chunk_sums_against(max_per_token, tokens, out);
 }
-void sample_round_weights(Backend& backend, const SamplingOptions& call, const float* max_per_token, int tokens,
-                          ShardWeights& out) {
-  as_cuda(backend).sample_round_weights(call, max_per_token, tokens, out);
+void sample_round_max(Backend& backend, const SamplingOptions& call, const ShardSampleInputs& in, int tokens,
+                      uint64_t* max_key) {
+  as_cuda(backend).sample_round_max(call, in, tokens, max_key);
+}
+void sample_round_weights(Backend& backend, const SamplingOptions& call, const float* max_per_token,
+                          const uint64_t* global_max_key, int tokens, ShardWeights& out) {
+  as_cuda(backend).sample_round_weights(call, max_per_token, global_max_key, tokens, out);
 }
 void sample_round_boundary(Backend& backend, const int32_t* boundary_per_token, int tokens, ShardBoundary& out) {
   as_cuda(backend).sample_round_boundary(boundary_per_token, tokens, out);

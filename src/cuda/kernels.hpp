@@ -256,8 +256,9 @@ struct SampleParams {
   int rounds_only = 0;
 };
 void launch_sample(const SampleParams& p, cudaStream_t stream);
-// round 2: the weights kernel (chunk masses, total, with top-p the rank-bucket masses); round 3: the
-// boundary kernel (chunk masses before the boundary bucket, that bucket's ids). p.rounds_only must be set.
+// round 1: the max kernel (bias or mask); round 2: the weights kernel (chunk masses, total, with top-p
+// the rank-bucket masses); round 3: the boundary kernel (chunk masses before the boundary bucket, that
+// bucket's ids). p.rounds_only must be set.
 void launch_sample_round(const SampleParams& p, int round, cudaStream_t stream);
 
 // Test hook: portable tanh on the device for the bit patterns [first, first + count).

@@ -6,8 +6,9 @@
 //   logprobs       two phases: the merged maximum goes back to every shard, which sums
 //                  exp(x - max) over its own 512-id chunks on its GPU; the chunk sums are added
 //                  in id order on the host, exactly as the one-GPU backend adds its own.
-//   sampling       numerics.md §9's rounds (temperature, top-p, min-p): the merged maximum goes
-//                  to every shard, which sends its integer weight sums per 512-id chunk (and per
+//   sampling       numerics.md §9's rounds (temperature, top-p, min-p; with a bias or a mask each
+//                  shard first sends its largest z): the merged maximum goes to every shard,
+//                  which sends its integer weight sums per 512-id chunk (and per
 //                  rank bucket); with top-p the boundary bucket goes back and each shard sends
 //                  that bucket's ids; the host selects the boundary, finds the chunk holding the
 //                  draw and fetches that one chunk's 512 logits to walk it.
@@ -16,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -178,11 +180,11 @@ class MultiGpuBackend final : public Backend {
     return "cuda x" + std::to_string(gpus_) + " GPU(s), " + std::to_string(parts_.size()) + " shard(s)";
   }
 
-  // The options whose rounds run on the shards' GPUs (sample_on_shards); top-k, a bias or a mask
-  // leave sampling to the engine, which then gathers the logits.
+  // The options whose rounds run on the shards' GPUs (sample_on_shards), as the one-GPU backend
+  // takes them: top-k, and greedy with a bias or a mask, leave sampling to the engine, which then
+  // gathers the logits.
   bool samples(const SamplingOptions& o) const override {
-    return o.temperature > 0 && o.top_k == 0 && o.logit_bias.empty() && o.allowed.empty() &&
-           head_.vocab <= sample::kMaxSampledVocab;
+    return o.temperature > 0 && o.top_k == 0 && head_.vocab <= sample::kMaxSampledVocab;
   }
 
   void forward(const float* hidden, int tokens, const ForwardRequest& req, ForwardOutput& out) override {
@@ -254,7 +256,8 @@ class MultiGpuBackend final : public Backend {
     out.sampled.clear();
     std::vector<StageTime> sampling_times;
     if (req.sampling != nullptr)
-      out.sampled = sample_on_shards(*req.sampling, req.sample_position, out.summaries, sampling_times);
+      out.sampled = sample_on_shards(*req.sampling, req.sample_position, req.sample_mask, req.sample_mask_stride,
+                                     out.summaries, sampling_times);
     const auto t_sampled = std::chrono::steady_clock::now();
 
     out.logits.clear();
@@ -287,8 +290,8 @@ class MultiGpuBackend final : public Backend {
   // are the host sampler's on the whole row, and so is the token. A token whose maximum is not
   // finite, or whose boundary bucket holds more ids than a shard keeps, is drawn from its logits
   // (fetched from every shard) by the host sampler itself.
-  std::vector<int32_t> sample_on_shards(const SamplingOptions& o, int64_t position,
-                                        const std::vector<select::TokenSummary>& summaries,
+  std::vector<int32_t> sample_on_shards(const SamplingOptions& o, int64_t position, const uint32_t* mask,
+                                        size_t mask_stride, const std::vector<select::TokenSummary>& summaries,
                                         std::vector<StageTime>& times) {
     auto lap = [&, last = std::chrono::steady_clock::now()](const char* label) mutable {
       const auto now = std::chrono::steady_clock::now();
@@ -298,14 +301,47 @@ class MultiGpuBackend final : public Backend {
     const int n = int(parts_.size()), tokens = int(summaries.size());
     const int64_t V = head_.vocab, chunks = (V + sample::kChunk - 1) / sample::kChunk;
     const bool top_p = o.top_p < 1;
+    const double temperature = double(o.temperature);
+    // Round 1: the largest z. Without a bias or a mask it is the merged argmax summary's maximum
+    // scaled (z is monotone in the logit); with them every shard's max kernel runs on its own ids.
+    const bool max_round = !o.logit_bias.empty() || mask != nullptr;
     std::vector<float> max_logit(size_t(tokens), 0.0f);
+    std::vector<uint64_t> max_key(size_t(tokens), 0);  // round 1's ordered keys (0: no id takes part)
+    std::vector<double> max_z(size_t(tokens), 0.0);
     std::vector<uint8_t> on_host(size_t(tokens), 0);
-    for (int t = 0; t < tokens; ++t) {
-      if (std::isfinite(summaries[size_t(t)].max)) max_logit[size_t(t)] = summaries[size_t(t)].max;
-      else on_host[size_t(t)] = 1;
+    if (!max_round) {
+      for (int t = 0; t < tokens; ++t) {
+        if (std::isfinite(summaries[size_t(t)].max)) max_logit[size_t(t)] = summaries[size_t(t)].max;
+        else on_host[size_t(t)] = 1;
+        max_z[size_t(t)] = sample::scaled_logit(max_logit[size_t(t)], 0.0f, temperature);
+      }
+    } else {
+      std::vector<ShardSampleInputs> in(static_cast<size_t>(n));
+      std::vector<std::vector<uint64_t>> keys(static_cast<size_t>(n), std::vector<uint64_t>(size_t(tokens), 0));
+      for (int s = 0; s < n; ++s) {
+        const int64_t begin = bounds_[size_t(s)], end = bounds_[size_t(s) + 1];
+        for (const auto& [id, value] : o.logit_bias)
+          if (id >= begin && id < end) in[size_t(s)].bias.push_back({int32_t(id - begin), value});
+        // Shards begin on 512-id bounds: their mask words start at begin / 32.
+        in[size_t(s)].mask = mask == nullptr ? nullptr : mask + begin / 32;
+        in[size_t(s)].mask_stride = mask_stride;
+      }
+      pool_.run([&](int s) { sample_round_max(*parts_[size_t(s)], o, in[size_t(s)], tokens, keys[size_t(s)].data()); });
+      for (int t = 0; t < tokens; ++t) {
+        for (const auto& k : keys) max_key[size_t(t)] = std::max(max_key[size_t(t)], k[size_t(t)]);
+        if (max_key[size_t(t)] == 0) on_host[size_t(t)] = 1;  // nothing allowed: the host sampler says so
+        // The key's inverse: ordered = ~descending_key(z).
+        const uint64_t ordered = max_key[size_t(t)];
+        const uint64_t bits = (ordered >> 63) ? (ordered & 0x7FFFFFFFFFFFFFFFull) : ~ordered;
+        std::memcpy(&max_z[size_t(t)], &bits, 8);
+      }
+      lap("sampling: max round on the shards (bias or mask)");
     }
     std::vector<ShardWeights> weights(static_cast<size_t>(n));
-    pool_.run([&](int s) { sample_round_weights(*parts_[size_t(s)], o, max_logit.data(), tokens, weights[size_t(s)]); });
+    pool_.run([&](int s) {
+      sample_round_weights(*parts_[size_t(s)], o, max_logit.data(), max_round ? max_key.data() : nullptr, tokens,
+                           weights[size_t(s)]);
+    });
     lap("sampling: weights round on the shards");
 
     // Per token: the chunk masses in global chunk order (a shard's chunk c is chunk bounds[s] / 512 + c).
@@ -406,9 +442,15 @@ class MultiGpuBackend final : public Backend {
         double z[sample::kChunk];
         uint64_t w[sample::kChunk];
         uint16_t rank[sample::kChunk];
-        sample::scaled_logits(x, count, double(o.temperature), z);
-        const double m = sample::scaled_logit(max_logit[size_t(t)], 0.0f, double(o.temperature));
-        sample::row_weights(z, count, m, double(o.min_p), w, top_p ? rank : nullptr);
+        sample::scaled_logits(x, count, temperature, z);
+        for (const auto& [id, value] : o.logit_bias)  // as the host sampler's round 1: bias, then mask
+          if (id >= first && id < first + count) z[id - first] = sample::scaled_logit(x[id - first], value, temperature);
+        if (mask != nullptr) {
+          const uint32_t* row = mask + size_t(t) * mask_stride;
+          for (int64_t i = 0; i < count; ++i)
+            if (((row[(first + i) >> 5] >> ((first + i) & 31)) & 1u) == 0) z[i] = std::numeric_limits<double>::quiet_NaN();
+        }
+        sample::row_weights(z, count, max_z[size_t(t)], double(o.min_p), w, top_p ? rank : nullptr);
         uint64_t r = rest[size_t(t)];
         for (int64_t i = 0; i < count && sampled[size_t(t)] < 0; ++i) {
           const sample::Boundary me{sample::descending_key(z[i]), int32_t(first + i), 0};
@@ -422,13 +464,15 @@ class MultiGpuBackend final : public Backend {
       }
     }
     for (int t = 0; t < tokens; ++t)
-      if (on_host[size_t(t)]) sampled[size_t(t)] = sample_from_fetched_logits(o, position + t, t);
+      if (on_host[size_t(t)])
+        sampled[size_t(t)] =
+            sample_from_fetched_logits(o, position + t, mask == nullptr ? nullptr : mask + size_t(t) * mask_stride, t);
     lap("sampling: the draws");
     return sampled;
   }
 
   // The host sampler over every shard's logits of token t, fetched (the rare tokens above).
-  int32_t sample_from_fetched_logits(const SamplingOptions& o, int64_t position, int t) {
+  int32_t sample_from_fetched_logits(const SamplingOptions& o, int64_t position, const uint32_t* mask, int t) {
     const int n = int(parts_.size());
     std::vector<std::vector<float>> rows(static_cast<size_t>(n));
     std::vector<sample::RangeLogits> ranges(static_cast<size_t>(n));
@@ -439,7 +483,7 @@ class MultiGpuBackend final : public Backend {
       fetch_logit_runs(*parts_[size_t(s)], std::span<const LogitRun>(&all, 1), rows[size_t(s)].data());
       ranges[size_t(s)] = {rows[size_t(s)].data(), begin, end};
     }
-    return sample::sample_token_in_ranges(ranges, head_.vocab, o, nullptr, position);
+    return sample::sample_token_in_ranges(ranges, head_.vocab, o, mask, position);
   }
 
   HeadView head_;

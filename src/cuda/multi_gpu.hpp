@@ -2,6 +2,7 @@
 // Pieces of the multi-GPU head that live next to the CUDA backend (not public API).
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -21,18 +22,30 @@ int64_t sum_exp_chunks(int64_t rows);  // ceil(rows / select::kSumExpChunk)
 
 // One shard's half of the sampling rounds of numerics.md §9 over the logits its last forward left
 // on the device (the multi-GPU backend's sampling without gathering logits; the merges are the
-// caller's). Temperature, top-p and min-p come from `call`; no bias and no mask.
-// Round 2, against the global maximum logit of each token: per token the shard's total integer
-// weight, its per-512-id chunk masses (chunk c = the shard's ids [512 c, 512 c + 512)) and, with
-// top-p, its mass per rank bucket.
+// caller's). Temperature, top-p and min-p come from `call`; its bias and mask are the shard's.
+// Round 1, only with a bias or a mask: per token the shard's largest z as an ordered key (the
+// bits of ~sample::descending_key(z); 0 when none of its ids takes part). It uploads the shard's
+// bias (shard-local ids) and mask rows (the shard's words of each row, rows `mask_stride` words
+// apart, 0: one row for every token) for the next rounds.
+struct ShardSampleInputs {
+  std::vector<std::pair<int32_t, float>> bias;
+  const uint32_t* mask = nullptr;
+  size_t mask_stride = 0;
+};
+void sample_round_max(Backend& backend, const SamplingOptions& call, const ShardSampleInputs& in, int tokens,
+                      uint64_t* max_key);
+// Round 2: per token the shard's total integer weight, its per-512-id chunk masses (chunk c = the
+// shard's ids [512 c, 512 c + 512)) and, with top-p, its mass per rank bucket, against the global
+// maximum: the largest logit of each token (max_per_token, no bias or mask) or, after round 1,
+// the largest z's key over every shard (global_max_key).
 struct ShardWeights {
   std::vector<uint64_t> total;        // [tokens]
   std::vector<uint64_t> chunk_mass;   // [tokens][chunks]
   std::vector<uint64_t> bucket_mass;  // [tokens][sample::kRankBuckets], top-p only
   int64_t chunks = 0;
 };
-void sample_round_weights(Backend& backend, const SamplingOptions& call, const float* max_per_token, int tokens,
-                          ShardWeights& out);
+void sample_round_weights(Backend& backend, const SamplingOptions& call, const float* max_per_token,
+                          const uint64_t* global_max_key, int tokens, ShardWeights& out);
 // Round 3 (top-p), after round 2 on the same backend: with each token's boundary bucket, the chunk
 // masses of the ids in earlier buckets, the boundary bucket's mass per fine bin (the next 10 bits
 // of max - z, monotone like the bucket: sample.cu's fine_bin) and its ids (shard-local id, rank

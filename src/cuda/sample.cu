@@ -636,10 +636,11 @@ void launch_sample(const SampleParams& p, cudaStream_t stream) {
 }
 
 void launch_sample_round(const SampleParams& p, int round, cudaStream_t stream) {
-  if (!p.rounds_only || p.max_kernel || (round != 2 && round != 3) || (round == 3 && !p.top_p))
-    throw Error("launch_sample_round: round 2, or round 3 with top-p, of a rounds-only call without a max kernel");
+  if (!p.rounds_only || round < 1 || round > 3 || (round == 3 && !p.top_p) || (round == 1 && !p.max_kernel))
+    throw Error("launch_sample_round: round 1 (with the max kernel), 2, or 3 with top-p, of a rounds-only call");
   const dim3 grid(unsigned((p.vocab + kChunkIds - 1) / kChunkIds), unsigned(p.T)), block(kThreads);
-  if (round == 3) launch_maybe_pdl<sample_boundary_kernel>(grid, block, 0, false, stream, p);
+  if (round == 1) launch_maybe_pdl<sample_max_kernel>(grid, block, 0, false, stream, p);
+  else if (round == 3) launch_maybe_pdl<sample_boundary_kernel>(grid, block, 0, false, stream, p);
   else if (p.top_p) launch_maybe_pdl<sample_weights_kernel<true>>(grid, block, 0, false, stream, p);
   else launch_maybe_pdl<sample_weights_kernel<false>>(grid, block, 0, false, stream, p);
 }
