@@ -283,6 +283,34 @@ TEST(SampleWeights, SkipBoundGivesWeightZero) {
   EXPECT_GT(sample::integer_weight(sample::exp(-28.4)), 0u);
 }
 
+// The multi-GPU head merges the shards' maxima as the largest ~descending_key(z) and turns it back
+// into z: the inverse must give the same bits (-0 as +0), and the keys must order as the values do.
+TEST(SampleWeights, DescendingKeyRoundTrips) {
+  std::vector<double> zs = {0.0, -0.0, 1.0, -1.0, 20.0, -20.0, 5e-324, -5e-324, 2.2250738585072014e-308,
+                            1.7976931348623157e308, -1.7976931348623157e308, INFINITY, -INFINITY};
+  std::mt19937_64 rng(9);
+  for (int i = 0; i < 100000; ++i) {
+    uint64_t bits = rng();
+    double z;
+    std::memcpy(&z, &bits, 8);
+    if (!std::isnan(z)) zs.push_back(z);
+  }
+  for (size_t i = 0; i < zs.size(); ++i) {
+    const double z = zs[i] == 0 ? 0.0 : zs[i];
+    const double back = sample::z_of_descending_key(sample::descending_key(zs[i]));
+    uint64_t got, want;
+    std::memcpy(&got, &back, 8);
+    std::memcpy(&want, &z, 8);
+    EXPECT_EQ(got, want) << zs[i];
+    if (i > 0) {  // a larger z, a smaller key; equal values, equal keys
+      const double a = zs[i - 1], b = zs[i];
+      const uint64_t ka = sample::descending_key(a), kb = sample::descending_key(b);
+      EXPECT_EQ(a > b, ka < kb) << a << " " << b;
+      EXPECT_EQ(a == b, ka == kb) << a << " " << b;
+    }
+  }
+}
+
 TEST(SampleWeights, TopPTargetEdges) {
   EXPECT_EQ(sample::top_p_target(10, 0.5), 5u);
   EXPECT_EQ(sample::top_p_target(10, 0.51), 6u);             // ceil

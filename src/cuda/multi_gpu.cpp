@@ -330,10 +330,7 @@ class MultiGpuBackend final : public Backend {
       for (int t = 0; t < tokens; ++t) {
         for (const auto& k : keys) max_key[size_t(t)] = std::max(max_key[size_t(t)], k[size_t(t)]);
         if (max_key[size_t(t)] == 0) on_host[size_t(t)] = 1;  // nothing allowed: the host sampler says so
-        // The key's inverse: ordered = ~descending_key(z).
-        const uint64_t ordered = max_key[size_t(t)];
-        const uint64_t bits = (ordered >> 63) ? (ordered & 0x7FFFFFFFFFFFFFFFull) : ~ordered;
-        std::memcpy(&max_z[size_t(t)], &bits, 8);
+        max_z[size_t(t)] = sample::z_of_descending_key(~max_key[size_t(t)]);  // the kernels' key is ~descending_key
       }
       lap("sampling: max round on the shards (bias or mask)");
     }

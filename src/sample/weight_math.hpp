@@ -123,4 +123,14 @@ LMHEAD_HD uint64_t descending_key(double z) {
   return ~ordered;
 }
 
+// The z of a key (descending_key's inverse; -0 comes back as +0): a maximum merged as the largest
+// ~descending_key(z), as the max kernels do, is turned back into its z.
+inline double z_of_descending_key(uint64_t key) {
+  const uint64_t ordered = ~key;
+  const uint64_t bits = (ordered >> 63) ? (ordered & 0x7FFFFFFFFFFFFFFFull) : ~ordered;
+  double z;
+  std::memcpy(&z, &bits, 8);
+  return z;
+}
+
 }  // namespace lmhead::sample
