@@ -108,6 +108,36 @@ INSTANTIATE_TEST_SUITE_P(EverySet, LlamaCppDefaultRoute,
                                   std::string(to_string(std::get<1>(info.param)));
                          });
 
+class LlamaCppTiledRoute : public ::testing::TestWithParam<std::tuple<Case, BackendKind>> {};
+
+// Route tiled (llama.cpp's tiled K-quant order at every T) is llama.cpp's bytes where llama.cpp
+// takes the tiled path (Q5_K, Q6_K from 8 tokens) and says so exactly there; a head type without a
+// tiled order keeps the default route's bytes.
+TEST_P(LlamaCppTiledRoute, EqualsLlamaCppWhereLlamaCppTiles) {
+  const Case c = std::get<0>(GetParam());
+  std::string why;
+  if (std::get<1>(GetParam()) == BackendKind::cuda && !cuda_available(&why)) GTEST_SKIP() << "no usable GPU: " << why;
+  const Golden g = load(c);
+  const RunResult r = run(g, c.tokens, std::get<1>(GetParam()), Route::tiled);
+  const std::string type = c.type;
+  if (type == "q4_K" || type == "q5_K" || type == "q6_K") {
+    EXPECT_EQ(r.reproduces_llamacpp, r.llamacpp_path == "tiled_kquant") << type << " at T = " << c.tokens;
+    if (r.reproduces_llamacpp) EXPECT_TRUE(same_bytes(r.logits, g.want.values)) << type << " at T = " << c.tokens;
+  } else {
+    const RunResult d = run(g, c.tokens, std::get<1>(GetParam()), Route::vec_dot);
+    EXPECT_TRUE(same_bytes(r.logits, d.logits)) << type << " at T = " << c.tokens;
+    EXPECT_EQ(r.reproduces_llamacpp, d.reproduces_llamacpp);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EverySet, LlamaCppTiledRoute,
+                         ::testing::Combine(::testing::ValuesIn(kSets),
+                                            ::testing::Values(BackendKind::scalar, BackendKind::cpu, BackendKind::cuda)),
+                         [](const auto& info) {
+                           return case_name(std::get<0>(info.param)) + "_" +
+                                  std::string(to_string(std::get<1>(info.param)));
+                         });
+
 TEST(LlamaCppRoutePaths, NamedPerHeadTypeAndTokenCount) {
   auto path = [](const char* type, int t) {
     return llamacpp_path(Model::open(stem_of({type, 1}) + ".gguf")->config(), t);

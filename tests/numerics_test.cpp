@@ -158,15 +158,23 @@ TEST(Numerics, OtherHeadTypesOnTheQ8Route) {
 
     auto m = Model::open(path);
     Engine e(m, {.backend = BackendKind::scalar});
-    const RunResult r = e.run(golden_f32(*vectors, "hidden"), 3, {.want_stages = true});
-    const std::vector<double> oracle = oracle_capped(*m, q8_activations(*m, r.stages.normed, 3), 3);
-    const Diff d = compare(r.stages.capped, oracle);
-    std::printf("[ info ] %s head, q8 route vs f64 oracle of the same activations: max|d| %.3g mean|d| %.3g max %lld ulp\n",
-                std::string(info->name).c_str(), d.max_abs, d.mean_abs, (long long)d.max_ulp);
-    EXPECT_LT(d.max_abs, 1e-3) << info->name;
-    for (int t = 0; t < 3; ++t) {
-      const int64_t best = argmax_of(oracle.data() + t * g.vocab, g.vocab);
-      EXPECT_EQ(r.stages.capped[t * g.vocab + best], r.choices[t].value) << info->name << " token " << t;
+    // The default order and route tiled (llama.cpp's tiled K-quant order at every T; Q8_0 keeps vec_dot's).
+    for (Route route : {Route::vec_dot, Route::tiled}) {
+      RunOptions opts;
+      opts.want_stages = true;
+      opts.route = route;
+      const RunResult r = e.run(golden_f32(*vectors, "hidden"), 3, opts);
+      const std::vector<double> oracle = oracle_capped(*m, q8_activations(*m, r.stages.normed, 3), 3);
+      const Diff d = compare(r.stages.capped, oracle);
+      std::printf("[ info ] %s head, q8 route, %s order, vs f64 oracle of the same activations: max|d| %.3g mean|d| %.3g "
+                  "max %lld ulp\n",
+                  std::string(info->name).c_str(), std::string(to_string(route)).c_str(), d.max_abs, d.mean_abs,
+                  (long long)d.max_ulp);
+      EXPECT_LT(d.max_abs, 1e-3) << info->name << " " << to_string(route);
+      for (int t = 0; t < 3; ++t) {
+        const int64_t best = argmax_of(oracle.data() + t * g.vocab, g.vocab);
+        EXPECT_EQ(r.stages.capped[t * g.vocab + best], r.choices[t].value) << info->name << " token " << t;
+      }
     }
   }
 }

@@ -39,6 +39,10 @@ enum class Route {
   llamacpp,  // what llama.cpp's x86 CPU backend computes for this head type and token count (its
              // tiled, repacked and sgemm paths included); a backend or head type without the path
              // is refused by name. Needs ActivationRoute::q8.
+  tiled,     // llama.cpp's tiled K-quant order (one float chain per output, exact integers per
+             // super-block) at every T for Q4_K, Q5_K and Q6_K heads: batch-invariant, the same bytes
+             // on every backend, llama.cpp's own where it takes that path (Q5_K, Q6_K from 8
+             // tokens); other head types keep vec_dot's order. Needs ActivationRoute::q8.
 };
 
 enum class BackendKind {

@@ -79,9 +79,11 @@ void add_route_options(CLI::App& cmd, RouteArgs& o) {
   cmd.add_option("--softcap", o.softcap, "nodes (llama.cpp's graph, byte-exact) or fused (one formula)")
       ->check(CLI::IsMember({"nodes", "fused"}))->capture_default_str();
   cmd.add_option("--route", o.route,
-                 "vec_dot (ggml's vec_dot order at every T, batch-invariant) or llamacpp (what llama.cpp's x86 CPU "
-                 "backend computes for this head type and token count: tiled, repacked, sgemm paths)")
-      ->check(CLI::IsMember({"vec_dot", "llamacpp"}))->capture_default_str();
+                 "vec_dot (ggml's vec_dot order at every T, batch-invariant), llamacpp (what llama.cpp's x86 CPU "
+                 "backend computes for this head type and token count: tiled, repacked, sgemm paths) or tiled "
+                 "(llama.cpp's tiled K-quant order at every T for Q4_K/Q5_K/Q6_K heads, batch-invariant; the fast "
+                 "route on the GPU from 2 tokens)")
+      ->check(CLI::IsMember({"vec_dot", "llamacpp", "tiled"}))->capture_default_str();
   cmd.add_option("--top-k", o.top_k, "candidates per token (0: argmax only)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd.add_flag("--logprobs", o.logprobs, "log_softmax of the argmax and the top-k");
 }

@@ -20,7 +20,13 @@ namespace {
 template <class E>
 struct Names { E value; std::string_view name; };
 constexpr Names<ActivationRoute> kActivationNames[] = {{ActivationRoute::q8, "q8"}, {ActivationRoute::f32, "f32"}};
-constexpr Names<Route> kRouteNames[] = {{Route::vec_dot, "vec_dot"}, {Route::llamacpp, "llamacpp"}};
+constexpr Names<Route> kRouteNames[] = {
+    {Route::vec_dot, "vec_dot"}, {Route::llamacpp, "llamacpp"}, {Route::tiled, "tiled"}};
+
+// Route::tiled's heads: the types llama.cpp's tiled K-quant matmul takes (quant::llamacpp_route.cpp).
+bool has_tiled_order(TensorType t) {
+  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K;
+}
 constexpr Names<SoftcapRoute> kSoftcapNames[] = {{SoftcapRoute::nodes, "nodes"}, {SoftcapRoute::fused, "fused"}};
 constexpr Names<BackendKind> kBackendNames[] = {
     {BackendKind::scalar, "scalar"}, {BackendKind::cpu, "cpu"}, {BackendKind::cuda, "cuda"}};
@@ -162,6 +168,15 @@ RunResult Engine::run_rows(const float* hidden, int tokens, const RunOptions& op
       throw Error("route llamacpp: " + std::string(tensor_type_name(c.head_type)) + " heads are " + why);
     }
   }
+  // Route tiled runs as llama.cpp's tiled path at every T, so every backend that computes llama.cpp's
+  // paths computes it; other head types keep vec_dot's order.
+  const bool tiled = options.route == Route::tiled && has_tiled_order(c.head_type);
+  if (options.route == Route::tiled) {
+    if (options.activations != ActivationRoute::q8)
+      throw Error("route tiled multiplies llama.cpp's quantized activations: it needs --activations q8");
+    if (tiled && !backend_->takes_llamacpp_route())
+      throw Error("route tiled: the " + backend_->name() + " backend does not compute llama.cpp's tiled order");
+  }
   if (options.top_k < 0 || options.top_k > c.vocab)
     throw Error("top-k must be between 0 and the vocabulary size " + std::to_string(c.vocab));
   sample::validate(options.sampling, c.vocab, tokens);
@@ -183,8 +198,8 @@ RunResult Engine::run_rows(const float* hidden, int tokens, const RunOptions& op
   req.input_normed = options.input == InputKind::normed;
   req.activations = options.activations;
   req.softcap = options.softcap;
-  req.route = options.route;
-  req.llamacpp_path = path;
+  req.route = tiled ? Route::llamacpp : options.route == Route::tiled ? Route::vec_dot : options.route;
+  req.llamacpp_path = tiled ? quant::LlamaCppPath::tiled_kquant : path;
   req.top_k = options.top_k;
   req.logprobs = options.logprobs;
   req.want_logits = options.want_logits || sample_from_logits;
@@ -204,9 +219,11 @@ RunResult Engine::run_rows(const float* hidden, int tokens, const RunOptions& op
   result.backend = backend_->name();
   result.llamacpp_path = std::string(quant::path_name(path));
   // vec_dot reproduces llama.cpp wherever llama.cpp's path has vec_dot's order (Q8_0's sgemm has).
+  // tiled reproduces it where llama.cpp takes the tiled path.
   result.reproduces_llamacpp = options.activations == ActivationRoute::q8 &&
-      (options.route == Route::llamacpp || path == quant::LlamaCppPath::vec_dot ||
-       path == quant::LlamaCppPath::sgemm_q8_0);
+      (options.route == Route::llamacpp || (tiled ? path == quant::LlamaCppPath::tiled_kquant
+                                                  : path == quant::LlamaCppPath::vec_dot ||
+                                                        path == quant::LlamaCppPath::sgemm_q8_0));
   for (int first = 0; first < tokens; first += kMaxTokensPerPass) {
     const int n = std::min(kMaxTokensPerPass, tokens - first);
     ForwardOutput out;
