@@ -409,6 +409,42 @@ int main(int argc, char** argv) {
         }
         cuda::set_tuning(*gpu, best);
       }
+      // Route tiled (llama.cpp's tiled K-quant order at every T, numerics.md): the tensor-core kernel
+      // checked against the generic kernel's tiled bytes, then timed with each warp configuration.
+      {
+        ForwardRequest tr = req;
+        tr.route = Route::llamacpp;
+        tr.llamacpp_path = quant::LlamaCppPath::tiled_kquant;
+        for (int T : {1, 16}) {
+          ForwardRequest lr = tr;
+          lr.want_logits = true;
+          const std::vector<float> hidden = make_hidden(T, 9 + T);
+          ForwardOutput a, b;
+          cuda::set_tuning(*gpu, cuda::force_kernel(cuda::HeadKernel::q5k_stream_n_tiled, 16));
+          gpu->forward(hidden.data(), T, lr, a);
+          const std::string fast_kernel = cuda::kernel_name(cuda::last_call(*gpu).kernel);
+          cuda::set_tuning(*gpu, cuda::force_kernel(cuda::HeadKernel::llamacpp_tiled));
+          gpu->forward(hidden.data(), T, lr, b);
+          size_t diff = 0;
+          for (size_t i = 0; i < a.logits.size(); ++i) diff += std::memcmp(&a.logits[i], &b.logits[i], 4) != 0;
+          std::printf("check route tiled T=%d: %s vs %s capped logits: %zu of %zu differ\n", T, fast_kernel.c_str(),
+                      cuda::kernel_name(cuda::last_call(*gpu).kernel), diff, a.logits.size());
+        }
+        for (int warps : {16, 12, 8}) {
+          cuda::Tuning w = cuda::force_kernel(cuda::HeadKernel::q5k_stream_n_tiled, warps);
+          w.hooks = best.hooks;
+          cuda::set_tuning(*gpu, w);
+          for (int T : {1, 2, 3, 4, 5, 8, 16}) {
+            const Timing tm = time_forward(*gpu, T, runs, tr);
+            const double gbps = bytes / (tm.wall_ms * 1e6);
+            std::printf("ratio %.3f | T=%-2d route tiled | %d warps | %.4f ms (gpu %.4f ms) | %.0f B | %.1f GB/s | ceiling "
+                        "%.1f GB/s | %s\n",
+                        gbps / ceiling, T, warps, tm.wall_ms, tm.gpu_ms, bytes, gbps, ceiling,
+                        cuda::kernel_name(cuda::last_call(*gpu).kernel));
+          }
+        }
+        cuda::set_tuning(*gpu, best);
+      }
       // The same shape with cap-saturated logits (d_scale 1): many ids tie at the maximum.
       {
         Head sat = make_head(TensorType::Q5_K, 1, 1.0f);

@@ -28,7 +28,7 @@ if [ -z "$BUILD" ]; then
 fi
 export LMHEAD_TEST_DATA_DIR=$ROOT/tests/data
 # Every GPU test (and the golden and sharding tests beside them), for the concurrency rounds.
-GPU_TESTS='Cuda*:MultiGpu*:*Golden*:Sharding*:*LlamaCpp*cuda*:LlamaCppRouteShapes.*:*LlamaCppVecDotTail*:SampleEngine.Cuda*:CudaSample.*:DeviceInput.*'
+GPU_TESTS='Cuda*:MultiGpu*:TiledRoute*:*Golden*:Sharding*:*LlamaCpp*cuda*:LlamaCppRouteShapes.*:*LlamaCppVecDotTail*:SampleEngine.Cuda*:CudaSample.*:DeviceInput.*'
 
 step() { echo; echo "==== $* ===="; }
 
@@ -254,7 +254,10 @@ kill $SMI_PID 2>/dev/null
 if [ -x "$BUILD/lmhead" ]; then
   step "CLI through the public Engine API: lmhead make + lmhead bench --backend cuda"
   ( timeout 150 "$BUILD/lmhead" make $SCRATCH/muse-q5k.gguf --quiet &&
-    timeout 120 "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda --repeat 200 ) 2>&1 | tee "$OUT/cli.log"
+    timeout 120 "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda --repeat 200 &&
+    echo "-- route tiled (llama.cpp's tiled K-quant order at every T) --" &&
+    timeout 120 "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda --route tiled --repeat 200 ) 2>&1 |
+    tee "$OUT/cli.log"
   sampling_bench
 fi
 

@@ -90,11 +90,14 @@ Plan choose(TensorType type, PlanRoute route, int tokens, const PlanDevice& devi
   const std::span<const PlanRow> own = plan_table(type, route);
   const bool q8_or_float = route == PlanRoute::q8 || route == PlanRoute::float_acts;
   auto first_row = [&](int t) -> Plan {
-    const std::span<const PlanRow> overrides = q8_or_float ? override_rows : std::span<const PlanRow>{};
+    const std::span<const PlanRow> overrides = override_rows;
     for (std::span<const PlanRow> table : {overrides, own})
       for (const PlanRow& r : table) {
         if (q8_or_float && (!kernel_reads_type(r.kernel, type) ||
                             (route == PlanRoute::float_acts && r.kernel != HeadKernel::generic)))
+          continue;
+        if (!q8_or_float && table.data() == overrides.data() &&
+            std::none_of(own.begin(), own.end(), [&](const PlanRow& o) { return o.kernel == r.kernel; }))
           continue;
         if (can_run(r, t, device, table.data() == overrides.data() && !overrides.empty())) {
           const int warps = r.warps != 0 ? r.warps : desc(r.kernel).warps[0];

@@ -32,8 +32,8 @@ enum class HeadKernel : uint8_t {
   llamacpp_repack,      // repacked Q4_K: gemm order for whole groups of 4 tokens, gemv for the rest
   llamacpp_float_vec,    // ggml_vec_dot_f16 / _bf16 / _f32 (one token per launch: up to 64 lanes per output)
   llamacpp_float_sgemm,  // llamafile's tinyBLAS for F16, BF16 and F32 heads
-  q5k_stream_n_tiled,   // q5k_stream_n's walk and MMAs with the tiled K-quant order (Q5_K, 8+ tokens)
-  q6k_stream_tiled,     // q6k_stream's with the tiled K-quant order (Q6_K, 8+ tokens)
+  q5k_stream_n_tiled,   // q5k_stream_n's walk, the lanes' MMAs chained: the tiled K-quant order (Q5_K)
+  q6k_stream_tiled,     // q6k_stream's with the tiled K-quant order (Q6_K)
 };
 
 constexpr HeadKernel kHeadKernels[] = {
@@ -87,7 +87,7 @@ constexpr KernelDesc kKernelDescs[] = {
     {HeadKernel::llamacpp_float_sgemm, "llamacpp_float_sgemm", "llamafile's sgemm order", TensorType::F32, HeadCopy::rows,
      4, true, {0, 0, 0}},
     {HeadKernel::q5k_stream_n_tiled, "q5k_stream_n_tiled", "int8 tensor cores, tokens in N, llama.cpp's tiled order",
-     TensorType::Q5_K, HeadCopy::subblocks, 16, false, {0, 0, 0}},
+     TensorType::Q5_K, HeadCopy::subblocks, 16, false, {16, 12, 8}},
     {HeadKernel::q6k_stream_tiled, "q6k_stream_tiled", "int8 tensor cores, streamed weights, llama.cpp's tiled order",
      TensorType::Q6_K, HeadCopy::lanes, 4, true, {16, 12, 8}},
 };
@@ -142,10 +142,11 @@ constexpr PlanRow kQ80Plan[] = {{1, 1, HeadKernel::q8_0_stream, 16},
                                 {3, 16, HeadKernel::q8_0_stream, 16},
                                 {1, 16, HeadKernel::generic, 0}};
 constexpr PlanRow kGenericPlan[] = {{1, 16, HeadKernel::generic, 0}};
-// llama.cpp's own orders (their paths already depend on the token count). Q5_K's tiled order runs
-// on the tensor cores where the sub-blocks stream copy is held.
+// llama.cpp's own orders (route llamacpp: their paths already depend on the token count; route
+// tiled: the tiled K-quant order at every T). Q5_K's tiled order runs on the tensor cores where the
+// sub-blocks stream copy is held (warps: docs/performance.md, CUDA attempt 39).
 constexpr PlanRow kLlamaCppTiledPlan[] = {{1, 16, HeadKernel::llamacpp_tiled, 0}};
-constexpr PlanRow kLlamaCppTiledQ5KPlan[] = {{1, 16, HeadKernel::q5k_stream_n_tiled, 0},
+constexpr PlanRow kLlamaCppTiledQ5KPlan[] = {{1, 16, HeadKernel::q5k_stream_n_tiled, 16},
                                              {1, 16, HeadKernel::llamacpp_tiled, 0}};
 constexpr PlanRow kLlamaCppTiledQ6KPlan[] = {{1, 16, HeadKernel::q6k_stream_tiled, 16},
                                              {1, 16, HeadKernel::llamacpp_tiled, 0}};
@@ -198,8 +199,9 @@ size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens);
 
 // The first row of `override_rows`, then of the table of the type and route, that covers `tokens`,
 // reads a held copy (an override row: or one uploaded on demand) and fits in shared memory (with 8 KiB to spare for the kernel's static shared
-// memory). Override rows apply to the q8 and float routes only (llama.cpp's orders have one kernel
-// each). CUDA builds only (it asks the kernels' shared-memory sizes).
+// memory). Override rows apply to the q8 and float routes with the kernels of the head's type, and
+// to llama.cpp's orders with the kernels of that order's own table (a tuning picks their warps).
+// CUDA builds only (it asks the kernels' shared-memory sizes).
 Plan choose(TensorType type, PlanRoute route, int tokens, const PlanDevice& device,
             std::span<const PlanRow> override_rows = {});
 inline Plan choose(TensorType type, bool float_route, int tokens, const PlanDevice& device,

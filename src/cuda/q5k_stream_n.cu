@@ -13,10 +13,12 @@
 // thread straight into registers (no shared-memory staging, no copy bookkeeping) and keeps one item
 // in flight while it computes the other.
 //
-// TILED (route llamacpp from 8 tokens on) keeps the integers and rounds as llama.cpp's tiled K-quant
-// matmul does: the eight lanes' integer sums of a super-block add up, exactly, to the slab's s1;
-// then r = fma(-dmin, s2, s1 * d) and out = fma(r, y.d, out) once per super-block (numerics.md, "The
-// llama.cpp route"). a.acc[..][0] holds `out`; lanes 1..7 and summs stay unused.
+// TILED (route tiled at every T, route llamacpp from 8 tokens on) keeps the integers and rounds as
+// llama.cpp's tiled K-quant matmul does: no float lanes, so the eight lanes' MMAs chain their
+// accumulators (C = the previous lane's D) and one pair of plane sums per (row, token) gives the
+// slab's s1 = 8 D1 + D0 exactly; then r = fma(-dmin, s2, s1 * d) and out = fma(r, y.d, out) once
+// per super-block (numerics.md, "The llama.cpp route"). One float accumulator per output instead of
+// eight lanes and a mins chain: fewer registers, so more warps (docs/performance.md, CUDA attempt 39).
 //
 // The activations sit in shared memory as B fragments: per (super-block, token) and pair of lanes
 // (2i, 2i + 1), the (b0, b1) words of thread q (sub-blocks q and q + 4) in one 16-byte run; token
@@ -41,20 +43,21 @@ size_t smem_bytes(int groups, int ttot) {
   return items * (kTokenWords * 4 + 16 + 4);
 }
 
-template <int NT>
+// TILED keeps one float per output (kLanes = 1), the vec_dot order eight lanes and a mins chain.
+template <int NT, bool TILED>
 struct Acc {
-  float acc[NT][2][2][8];  // [N tile][token 2q + c][row g, g + 8][lane k]
+  static constexpr int kLanes = TILED ? 1 : 8;
+  float acc[NT][2][2][kLanes];  // [N tile][token 2q + c][row g, g + 8][lane k]
   float summs[NT][2][2];
 };
 
-template <int NT, bool TILED>
+template <int NT>
 __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint32_t* s_act, const uint4* s_bsp,
-                                             const float* s_yd, int lane, Acc<NT>& a) {
+                                             const float* s_yd, int lane, Acc<NT, false>& a) {
   constexpr int TTOT = 8 * NT;
   const int g = lane >> 2, q = lane & 3;
   float dq[NT][2][2];
   float row_d[2], row_dmin[2];
-  int s1[NT][2][2], s2[NT][2][2];  // TILED: the slab's exact integers
   uint32_t s0a[2], s1a[2], s0b[2], s1b[2];  // planes of sc[q] (a) and sc[q + 4] (b), rows g, g + 8
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -77,14 +80,9 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
         const int tok = 8 * nt + 2 * q + c;
         const float yd = s_yd[sb * TTOT + tok];
         const uint4 bs = s_bsp[sb * TTOT + tok];
-        if constexpr (TILED) {
-          s1[nt][c][r] = 0;
-          s2[nt][c][r] = __float2int_rn(k_mins_sum(bs, ks.m_lo, ks.m_hi));  // exact: |s2| < 2^22
-        } else {
-          dq[nt][c][r] = __fmul_rn(yd, d);
-          const float dm = __fmul_rn(-yd, dmin);
-          a.summs[nt][c][r] = __fmaf_rn(dm, k_mins_sum(bs, ks.m_lo, ks.m_hi), a.summs[nt][c][r]);
-        }
+        dq[nt][c][r] = __fmul_rn(yd, d);
+        const float dm = __fmul_rn(-yd, dmin);
+        a.summs[nt][c][r] = __fmaf_rn(dm, k_mins_sum(bs, ks.m_lo, ks.m_hi), a.summs[nt][c][r]);
       }
   }
 
@@ -120,27 +118,88 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
 #pragma unroll
       for (int c = 0; c < 2; ++c)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          if constexpr (TILED)
-            s1[nt][c][r] += 8 * (d1[2 * r + c] - kMagicBits) + (d0[2 * r + c] - kMagicBits);
-          else
-            a.acc[nt][c][r][k] = __fmaf_rn(dq[nt][c][r], plane_isum(d1[2 * r + c], d0[2 * r + c]), a.acc[nt][c][r][k]);
-        }
+        for (int r = 0; r < 2; ++r)
+          a.acc[nt][c][r][k] = __fmaf_rn(dq[nt][c][r], plane_isum(d1[2 * r + c], d0[2 * r + c]), a.acc[nt][c][r][k]);
     }
   }
-  if constexpr (TILED) {
+}
+
+// The tiled order: per item the lanes' MMAs chained (8 D1 + D0 is the slab's s1, exact: |s1| < 2^26),
+// the mins' s2 from the sub-block sums (exact: |s2| < 2^22, so k_mins_sum's float is float(s2)).
+template <int NT>
+__device__ __forceinline__ void compute_item(const Item& it, int sb, const uint32_t* s_act, const uint4* s_bsp,
+                                             const float* s_yd, int lane, Acc<NT, true>& a) {
+  constexpr int TTOT = 8 * NT;
+  const int g = lane >> 2, q = lane & 3;
+  float row_d[2], row_dmin[2];
+  uint32_t m_lo[2], m_hi[2];
+  uint32_t s0a[2], s1a[2], s0b[2], s1b[2];  // planes of sc[q] (a) and sc[q + 4] (b), rows g, g + 8
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int c = 0; c < 2; ++c)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float yd = s_yd[sb * TTOT + 8 * nt + 2 * q + c];
-          const float rr = __fmaf_rn(-row_dmin[r], __int2float_rn(s2[nt][c][r]),
-                                     __fmul_rn(__int2float_rn(s1[nt][c][r]), row_d[r]));
-          a.acc[nt][c][r][0] = __fmaf_rn(rr, yd, a.acc[nt][c][r][0]);
-        }
+  for (int r = 0; r < 2; ++r) {
+    const uint4 h = it.h[r];
+    row_d[r] = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFFu)));
+    row_dmin[r] = __half2float(__ushort_as_half(uint16_t(h.x >> 16)));
+    const KScales ks = k_scales(h);
+    m_lo[r] = ks.m_lo;
+    m_hi[r] = ks.m_hi;
+    const uint32_t sca = __byte_perm(ks.sc_lo, 0u, 0x4440u | unsigned(q));
+    const uint32_t scb = __byte_perm(ks.sc_hi, 0u, 0x4440u | unsigned(q));
+    s0a[r] = sca & 7u;
+    s1a[r] = sca >> 3;
+    s0b[r] = scb & 7u;
+    s1b[r] = scb >> 3;
   }
+
+  uint4 bq[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const uint32_t* run = s_act + (sb * TTOT + 8 * nt + g) * kTokenWords + 4 * q;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(run + 16 * i);
+  }
+
+  uint32_t w[2][10];
+  item_words(it, w);
+
+  int d1[NT][4], d0[NT][4];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    uint32_t qa[2], qb[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      qa[r] = stream::level_word(w[r], 2 * k);
+      qb[r] = stream::level_word(w[r], 2 * k + 1);
+    }
+    const uint32_t a1_0 = qa[0] * s1a[0], a1_1 = qa[1] * s1a[1], a1_2 = qb[0] * s1b[0], a1_3 = qb[1] * s1b[1];
+    const uint32_t a0_0 = qa[0] * s0a[0], a0_1 = qa[1] * s0a[1], a0_2 = qb[0] * s0b[0], a0_3 = qb[1] * s0b[1];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const uint32_t b0 = word_of(bq[nt][k >> 1], 2 * (k & 1)), b1 = word_of(bq[nt][k >> 1], 2 * (k & 1) + 1);
+      if (k == 0) {
+        mma_u8s8(d1[nt], a1_0, a1_1, a1_2, a1_3, b0, b1, 0);
+        mma_u8s8(d0[nt], a0_0, a0_1, a0_2, a0_3, b0, b1, 0);
+      } else {
+        mma_u8s8(d1[nt], a1_0, a1_1, a1_2, a1_3, b0, b1, d1[nt][0], d1[nt][1], d1[nt][2], d1[nt][3]);
+        mma_u8s8(d0[nt], a0_0, a0_1, a0_2, a0_3, b0, b1, d0[nt][0], d0[nt][1], d0[nt][2], d0[nt][3]);
+      }
+    }
+  }
+  // d[2r + c]: row g + 8r, token 8 nt + 2q + c.
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int tok = 8 * nt + 2 * q + c;
+      const float yd = s_yd[sb * TTOT + tok];
+      const uint4 bs = s_bsp[sb * TTOT + tok];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int s1 = 8 * d1[nt][2 * r + c] + d0[nt][2 * r + c];
+        const float rr = __fmaf_rn(-row_dmin[r], k_mins_sum(bs, m_lo[r], m_hi[r]),
+                                   __fmul_rn(__int2float_rn(s1), row_d[r]));
+        a.acc[nt][c][r][0] = __fmaf_rn(rr, yd, a.acc[nt][c][r][0]);
+      }
+    }
 }
 
 // The activations of every (super-block, token slot) as B runs, sub-block sum pairs and y.d (after
@@ -171,13 +230,15 @@ __device__ void stage_tokens(const HeadParams& p, uint32_t* s_act, uint4* s_bsp,
   }
 }
 
-// Row g + 8r, token 8 nt + 2q + c of a finished tile: the eight lanes and the mins term give the
-// raw logit, then scale, cap, store and the running argmax.
-template <bool TILED>
+// Row g + 8r, token 8 nt + 2q + c of a finished tile: the eight lanes and the mins term (TILED: the
+// one chain) give the raw logit, then scale, cap, store and the running argmax.
+template <int L>
 __device__ __forceinline__ void finish_row(const HeadParams& p, int tile, int lane, int nt, int c, int r,
-                                           const float (&lanes)[8], float summs, PartialBest& best) {
+                                           const float (&lanes)[L], float summs, PartialBest& best) {
   const int g = lane >> 2, q = lane & 3, V = p.vocab;
-  const float raw = TILED ? lanes[0] : __fadd_rn(reduce_lanes(lanes), summs);
+  float raw;
+  if constexpr (L == 1) raw = lanes[0];
+  else raw = __fadd_rn(reduce_lanes(lanes), summs);
   const int row = tile * kTileRows + g + 8 * r;
   const int tok = 8 * nt + 2 * q + c;
   if (row < V && tok < p.T) {
@@ -241,7 +302,8 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
   __syncthreads();
 
   PartialBest best[NT][2];
-  Acc<NT> a;
+  Acc<NT, TILED> a;
+  constexpr int L = Acc<NT, TILED>::kLanes;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -251,7 +313,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
       for (int r = 0; r < 2; ++r) {
         a.summs[nt][c][r] = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) a.acc[nt][c][r][k] = 0.0f;
+        for (int k = 0; k < L; ++k) a.acc[nt][c][r][k] = 0.0f;
       }
     }
 
@@ -261,7 +323,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
     for (int d = 0; d < 2; ++d) {
       const int tile = buf_tile[d], sb = buf_sb[d];
       if (tile >= walk.ntiles) { more = false; break; }
-      compute_item<NT, TILED>(buf[d], sb, s_act, s_bsp, s_yd, lane, a);
+      compute_item<NT>(buf[d], sb, s_act, s_bsp, s_yd, lane, a);
       load_next(d);
       if (sb == G - 1) {
 #pragma unroll
@@ -270,10 +332,10 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
           for (int c = 0; c < 2; ++c)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-              finish_row<TILED>(p, tile, lane, nt, c, r, a.acc[nt][c][r], a.summs[nt][c][r], best[nt][c]);
+              finish_row<L>(p, tile, lane, nt, c, r, a.acc[nt][c][r], a.summs[nt][c][r], best[nt][c]);
               a.summs[nt][c][r] = 0.0f;
 #pragma unroll
-              for (int k = 0; k < 8; ++k) a.acc[nt][c][r][k] = 0.0f;
+              for (int k = 0; k < L; ++k) a.acc[nt][c][r][k] = 0.0f;
             }
       }
     }
@@ -291,13 +353,20 @@ void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stre
 }  // namespace
 
 size_t q5k_stream_n_smem(int groups, int tokens) { return smem_bytes(groups, tokens <= 8 ? 8 : 16); }
-// warps: 8, 12 or 16 per block for T <= 8 (one tile of 8 tokens); T > 8 runs two tiles with 8 warps.
+// warps: 8, 12 or 16 per block for T <= 8 (one tile of 8 tokens); T > 8 runs two tiles with 8 warps
+// (the vec_dot order's 64 float accumulators per thread), or with `warps` in the tiled order.
 void launch_q5k_stream_n(const HeadParams& p, int warps, bool llamacpp_tiled, bool pdl, int num_sms,
                          cudaStream_t stream) {
   if (p.T < 1 || p.T > kMaxTokens) throw Error("launch_q5k_stream_n: 1 to 16 tokens per call");
   if (llamacpp_tiled) {
-    if (p.T > 8) return launch_config<2, 8, true>(p, pdl, num_sms, stream);
-    return launch_config<1, 12, true>(p, pdl, num_sms, stream);
+    if (p.T > 8) {
+      if (warps >= 16) return launch_config<2, 16, true>(p, pdl, num_sms, stream);
+      if (warps >= 12) return launch_config<2, 12, true>(p, pdl, num_sms, stream);
+      return launch_config<2, 8, true>(p, pdl, num_sms, stream);
+    }
+    if (warps >= 16) return launch_config<1, 16, true>(p, pdl, num_sms, stream);
+    if (warps >= 12) return launch_config<1, 12, true>(p, pdl, num_sms, stream);
+    return launch_config<1, 8, true>(p, pdl, num_sms, stream);
   }
   if (p.T > 8) return launch_config<2, 8>(p, pdl, num_sms, stream);
   if (warps >= 16) return launch_config<1, 16>(p, pdl, num_sms, stream);
