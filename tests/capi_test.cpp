@@ -310,6 +310,41 @@ TEST(CApi, RoutesAndInputKindReachTheEngine) {
   EXPECT_NE(std::memcmp(defaults.data(), logits.data(), logits.size() * 4), 0);
 }
 
+// The dot order (lmhead_run_options.route, 0.3.0): route tiled gives the C++ engine's Route::tiled
+// bytes, which differ from the default's on this head; a 0.2.0-sized struct keeps the default;
+// an unknown route is refused by name.
+TEST(CApi, RouteReachesTheEngine) {
+  Handles h;
+  ASSERT_EQ(lmhead_model_open(data_path(kSmall).c_str(), &h.model), LMHEAD_OK) << lmhead_last_error();
+  ASSERT_EQ(lmhead_engine_create(h.model, "cpu", 2, &h.engine), LMHEAD_OK) << lmhead_last_error();
+  const std::vector<float> hidden = random_hidden(3 * 256, 12);
+  auto model = lmhead::Model::open(data_path(kSmall));
+  lmhead::Engine engine(model, {.backend = lmhead::BackendKind::scalar});
+  lmhead_run_options o;
+  lmhead_run_options_init(&o);
+  EXPECT_EQ(o.route, LMHEAD_ROUTE_VEC_DOT);
+  o.route = LMHEAD_ROUTE_TILED;
+  std::vector<float> logits(3 * 4096);
+  lmhead_run_outputs out;
+  std::memset(&out, 0, sizeof out);
+  out.size = sizeof out;
+  out.logits = logits.data();
+  ASSERT_EQ(lmhead_engine_run_ex(h.engine, hidden.data(), 3, &o, &out), LMHEAD_OK) << lmhead_last_error();
+  const lmhead::RunResult tiled = engine.run(hidden, 3, {.route = lmhead::Route::tiled, .want_logits = true});
+  const lmhead::RunResult vec_dot = engine.run(hidden, 3, {.want_logits = true});
+  EXPECT_TRUE(same_bytes(logits, tiled.logits));
+  EXPECT_FALSE(same_bytes(tiled.logits, vec_dot.logits)) << "the two orders agree on every logit of this head";
+
+  o.size = offsetof(lmhead_run_options, route);  // 0.2.0's layout: route never read
+  ASSERT_EQ(lmhead_engine_run_ex(h.engine, hidden.data(), 3, &o, &out), LMHEAD_OK) << lmhead_last_error();
+  EXPECT_TRUE(same_bytes(logits, vec_dot.logits));
+
+  o.size = sizeof o;
+  o.route = 7;
+  EXPECT_EQ(lmhead_engine_run_ex(h.engine, hidden.data(), 3, &o, &out), LMHEAD_ERR_ARGUMENT);
+  EXPECT_NE(std::string(lmhead_last_error()).find("unknown route 7"), std::string::npos) << lmhead_last_error();
+}
+
 TEST(CApi, ModelInfoOverridesAndTokenTexts) {
   Handles h;
   const char* overrides[] = {"muse-glimmer.final_logit_softcapping=float:0"};

@@ -118,6 +118,11 @@ LMHEAD_C_API int lmhead_engine_run(lmhead_engine* engine, const float* hidden, i
 enum lmhead_input_kind { LMHEAD_INPUT_HIDDEN = 0, LMHEAD_INPUT_NORMED = 1 };
 enum lmhead_activation_route { LMHEAD_ACTIVATIONS_Q8 = 0, LMHEAD_ACTIVATIONS_F32 = 1 };
 enum lmhead_softcap_route { LMHEAD_SOFTCAP_NODES = 0, LMHEAD_SOFTCAP_FUSED = 1 };
+/* Whose order the dots follow (docs/numerics.md): ggml's vec_dot order at every T (default); what
+ * llama.cpp's x86 CPU backend computes for the head type and token count; or llama.cpp's tiled
+ * K-quant order at every T (Q4_K, Q5_K, Q6_K heads; other types keep vec_dot's), the fast one on the
+ * GPU from 2 tokens. All three are batch-invariant but llamacpp, whose order follows the call's T. */
+enum lmhead_route { LMHEAD_ROUTE_VEC_DOT = 0, LMHEAD_ROUTE_LLAMACPP = 1, LMHEAD_ROUTE_TILED = 2 };
 
 /* Seeded sampling (docs/numerics.md §9): bias and mask, temperature, min-p, top-k and top-p on the
  * capped logits, then an exact draw keyed by (seed, position) only, so the token is the same on
@@ -148,6 +153,8 @@ typedef struct lmhead_run_options {
   int logprobs;      /* nonzero: log-softmax of the argmax and of the top-k */
   /* Added in 0.2.0 (a caller with 0.1.0's size keeps the default): */
   const lmhead_sampling_options* sampling;  /* NULL: lmhead_run_outputs.sampled is the argmax */
+  /* Added in 0.3.0 (a caller with 0.2.0's size keeps the default): */
+  int route;         /* enum lmhead_route */
 } lmhead_run_options;
 LMHEAD_C_API void lmhead_run_options_init(lmhead_run_options* options);
 

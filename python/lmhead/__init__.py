@@ -61,11 +61,14 @@ class Engine(_Engine):
 
     def run(self, hidden, top_k=0, logprobs=False, logits=False, activations="q8", softcap="nodes",
             input="hidden", stream=None, *, temperature=0.0, sample_top_k=0, top_p=1.0, min_p=0.0, seed=0,
-            position=0, logit_bias=None, allowed=None):
+            position=0, logit_bias=None, allowed=None, route="vec_dot"):
         """Runs float32 hidden states [H] or [T, H] through the head; returns a RunOutput.
 
         activations: "q8" (llama.cpp's route, default) or "f32"; softcap: "nodes" (byte-exact,
-        default) or "fused"; input: "hidden" (before the final norm) or "normed" (after it).
+        default) or "fused"; input: "hidden" (before the final norm) or "normed" (after it);
+        route: the dots' order, "vec_dot" (default, ggml's vec_dot order at every T), "llamacpp"
+        (llama.cpp's CPU path for the head type and T) or "tiled" (llama.cpp's tiled K-quant
+        order at every T: Q4_K / Q5_K / Q6_K heads, the fast one on the GPU from 2 tokens).
         Host arrays are read in place when C-contiguous. A CUDA tensor (or any CUDA DLPack array)
         given to the cuda backend stays on the GPU: the engine reads it in place once the work
         queued on `stream` is done. stream: a torch.cuda.Stream, a CuPy stream, or a cudaStream_t
@@ -74,6 +77,7 @@ class Engine(_Engine):
         keyword-only options choose RunOutput.sampled (see the class's note).
         """
         sampling = _sampling(temperature, sample_top_k, top_p, min_p, seed, position, logit_bias, allowed)
+        sampling["route"] = route
         if _on_cuda(hidden):
             stream = _stream_handle(hidden, stream)
             if not _is_contiguous(hidden):
@@ -88,7 +92,7 @@ class Engine(_Engine):
 
     def verify(self, hidden, draft, draft_probs=None, top_k=0, logprobs=False, logits=False, activations="q8",
                softcap="nodes", input="hidden", *, temperature=0.0, sample_top_k=0, top_p=1.0, min_p=0.0, seed=0,
-               position=0, logit_bias=None, allowed=None):
+               position=0, logit_bias=None, allowed=None, route="vec_dot"):
         """Speculative verification of the draft tokens; returns a Verification.
 
         hidden: float32 [len(draft) + 1, H] host rows, row j the state after draft token j - 1 (row
@@ -100,6 +104,7 @@ class Engine(_Engine):
         distribution. Verification.accepted, .next, .target and .run (the RunOutput of every row).
         """
         sampling = _sampling(temperature, sample_top_k, top_p, min_p, seed, position, logit_bias, allowed)
+        sampling["route"] = route
         ids = np.asarray(draft, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < -2**31 or ids.max() >= 2**31):
             raise InputError(f"draft ids must fit in int32, got {ids.min()} .. {ids.max()}")

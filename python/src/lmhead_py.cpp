@@ -139,7 +139,7 @@ lmhead::RunOptions run_options(const PyEngine& self, int tokens, int top_k, bool
                                std::string_view activations, std::string_view softcap, std::string_view input,
                                float temperature, int sample_top_k, float top_p, float min_p, uint64_t seed,
                                int64_t position, const std::vector<std::pair<int32_t, float>>& logit_bias,
-                               std::optional<U32Array> allowed) {
+                               std::optional<U32Array> allowed, std::string_view route) {
   const lmhead::HeadConfig& c = self.model->config();
   if (top_k < 0 || top_k > c.vocab)
     bad_input("top_k must be between 0 and the vocabulary size " + std::to_string(c.vocab) + ", got " +
@@ -148,6 +148,7 @@ lmhead::RunOptions run_options(const PyEngine& self, int tokens, int top_k, bool
   ro.activations = parse_option<lmhead::ActivationRoute>("activations", activations, "q8 or f32");
   ro.softcap = parse_option<lmhead::SoftcapRoute>("softcap", softcap, "nodes or fused");
   ro.input = parse_option<lmhead::InputKind>("input", input, "hidden or normed");
+  ro.route = parse_option<lmhead::Route>("route", route, "vec_dot, llamacpp or tiled");
   ro.top_k = top_k;
   ro.logprobs = logprobs;
   ro.want_logits = logits;
@@ -210,13 +211,14 @@ nb::object make_output(lmhead::RunResult&& r, int tokens, int top_k, bool logpro
 nb::object run(nb::handle self_handle, nb::handle hidden, int top_k, bool logprobs, bool logits,
                std::string_view activations, std::string_view softcap, std::string_view input, uintptr_t stream,
                float temperature, int sample_top_k, float top_p, float min_p, uint64_t seed, int64_t position,
-               const std::vector<std::pair<int32_t, float>>& logit_bias, std::optional<U32Array> allowed) {
+               const std::vector<std::pair<int32_t, float>>& logit_bias, std::optional<U32Array> allowed,
+               std::string_view route) {
   PyEngine& self = nb::cast<PyEngine&>(self_handle);
   Rows rows;
   read_rows(self, hidden, true, rows);
   const int T = static_cast<int>(rows.tokens);
   const lmhead::RunOptions ro = run_options(self, T, top_k, logprobs, logits, activations, softcap, input, temperature,
-                                            sample_top_k, top_p, min_p, seed, position, logit_bias, allowed);
+                                            sample_top_k, top_p, min_p, seed, position, logit_bias, allowed, route);
   const size_t n = static_cast<size_t>(T) * static_cast<size_t>(self.model->config().hidden);
   lmhead::RunResult r;
   {
@@ -245,7 +247,7 @@ PyVerification verify(nb::handle self_handle, nb::handle hidden, I32Array draft,
                       int top_k, bool logprobs, bool logits, std::string_view activations, std::string_view softcap,
                       std::string_view input, float temperature, int sample_top_k, float top_p, float min_p,
                       uint64_t seed, int64_t position, const std::vector<std::pair<int32_t, float>>& logit_bias,
-                      std::optional<U32Array> allowed) {
+                      std::optional<U32Array> allowed, std::string_view route) {
   PyEngine& self = nb::cast<PyEngine&>(self_handle);
   const lmhead::HeadConfig& c = self.model->config();
   Rows rows;
@@ -270,7 +272,7 @@ PyVerification verify(nb::handle self_handle, nb::handle hidden, I32Array draft,
     throw InputFailure{e.what()};
   }
   const lmhead::RunOptions ro = run_options(self, T, top_k, logprobs, logits, activations, softcap, input, temperature,
-                                            sample_top_k, top_p, min_p, seed, position, logit_bias, allowed);
+                                            sample_top_k, top_p, min_p, seed, position, logit_bias, allowed, route);
   lmhead::VerifyResult v;
   {
     nb::gil_scoped_release unlocked;
@@ -422,12 +424,13 @@ NB_MODULE(_lmhead, m) {
       .def("_run", &run, "hidden"_a, "top_k"_a = 0, "logprobs"_a = false, "logits"_a = false,
            "activations"_a = "q8", "softcap"_a = "nodes", "input"_a = "hidden", "stream"_a = 0,
            "temperature"_a = 0.0f, "sample_top_k"_a = 0, "top_p"_a = 1.0f, "min_p"_a = 0.0f, "seed"_a = 0,
-           "position"_a = 0, "logit_bias"_a = std::vector<std::pair<int32_t, float>>{}, "allowed"_a = nb::none())
+           "position"_a = 0, "logit_bias"_a = std::vector<std::pair<int32_t, float>>{}, "allowed"_a = nb::none(),
+           "route"_a = "vec_dot")
       .def("_verify", &verify, "hidden"_a, "draft"_a, "draft_probs"_a = nb::none(), "top_k"_a = 0,
            "logprobs"_a = false, "logits"_a = false, "activations"_a = "q8", "softcap"_a = "nodes",
            "input"_a = "hidden", "temperature"_a = 0.0f, "sample_top_k"_a = 0, "top_p"_a = 1.0f, "min_p"_a = 0.0f,
            "seed"_a = 0, "position"_a = 0, "logit_bias"_a = std::vector<std::pair<int32_t, float>>{},
-           "allowed"_a = nb::none());
+           "allowed"_a = nb::none(), "route"_a = "vec_dot");
 
   nb::class_<PyVerification>(m, "Verification")
       .def_ro("accepted", &PyVerification::accepted, "how many draft tokens the target accepted")

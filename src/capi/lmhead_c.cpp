@@ -86,6 +86,7 @@ bool read_sized(const T* s, const char* what, std::initializer_list<size_t> earl
 
 // The layouts of lmhead 0.1.0, before sampling was added.
 constexpr size_t kRunOptionsV1 = offsetof(lmhead_run_options, sampling);
+constexpr size_t kRunOptionsV2 = offsetof(lmhead_run_options, route);
 constexpr size_t kRunOutputsV1 = offsetof(lmhead_run_outputs, sampled);
 
 }  // namespace
@@ -251,7 +252,7 @@ int to_run_options(const lmhead_run_options* caller_options, const lmhead::HeadC
                    lmhead::RunOptions& ro) {
   lmhead_run_options options;
   lmhead_run_options_init(&options);
-  if (caller_options && !read_sized(caller_options, "lmhead_run_options", {kRunOptionsV1}, options))
+  if (caller_options && !read_sized(caller_options, "lmhead_run_options", {kRunOptionsV1, kRunOptionsV2}, options))
     return LMHEAD_ERR_ARGUMENT;
   switch (options.input) {
     case LMHEAD_INPUT_HIDDEN: ro.input = lmhead::InputKind::hidden; break;
@@ -267,6 +268,12 @@ int to_run_options(const lmhead_run_options* caller_options, const lmhead::HeadC
     case LMHEAD_SOFTCAP_NODES: ro.softcap = lmhead::SoftcapRoute::nodes; break;
     case LMHEAD_SOFTCAP_FUSED: ro.softcap = lmhead::SoftcapRoute::fused; break;
     default: return fail(LMHEAD_ERR_ARGUMENT, "unknown soft-cap route " + std::to_string(options.softcap) + " (LMHEAD_SOFTCAP_*)");
+  }
+  switch (options.route) {
+    case LMHEAD_ROUTE_VEC_DOT: ro.route = lmhead::Route::vec_dot; break;
+    case LMHEAD_ROUTE_LLAMACPP: ro.route = lmhead::Route::llamacpp; break;
+    case LMHEAD_ROUTE_TILED: ro.route = lmhead::Route::tiled; break;
+    default: return fail(LMHEAD_ERR_ARGUMENT, "unknown route " + std::to_string(options.route) + " (LMHEAD_ROUTE_*)");
   }
   ro.top_k = options.top_k;
   ro.logprobs = options.logprobs != 0;

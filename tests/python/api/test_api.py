@@ -173,6 +173,20 @@ def test_normed_input_and_routes_run(engine, model):
     assert n.logits.shape == (2, model.vocab) and np.isfinite(n.logits).all()
 
 
+# The dots' order: route "tiled" is batch-invariant (each token alone gives the bytes it has in a
+# batch), its own order (not vec_dot's bytes on this head), and "llamacpp" equals it where llama.cpp
+# tiles (Q5_K from 8 tokens).
+def test_route_tiled(engine, model):
+    h = hidden_states(8, model.hidden, seed=3)
+    tiled = engine.run(h, logits=True, route="tiled")
+    for t in (0, 5):
+        assert engine.run(h[t], logits=True, route="tiled").logits.tobytes() == tiled.logits[t].tobytes()
+    assert engine.run(h, logits=True).logits.tobytes() != tiled.logits.tobytes()
+    assert engine.run(h, logits=True, route="llamacpp").logits.tobytes() == tiled.logits.tobytes()
+    v = engine.verify(h, draft=tiled.tokens[:7], route="tiled")
+    assert v.accepted == 7 and v.next == tiled.tokens[7]
+
+
 # ---- errors --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("bad,match", [
@@ -200,7 +214,7 @@ def test_non_finite_hidden_names_token_and_index(engine, model, value):
 @pytest.mark.parametrize("kwargs,match", [
     ({"top_k": -1}, "top_k must be between 0"), ({"top_k": 4097}, "top_k must be between 0"),
     ({"activations": "q4"}, "unknown activations 'q4'"), ({"softcap": "x"}, "unknown softcap 'x'"),
-    ({"input": "raw"}, "unknown input 'raw'"),
+    ({"input": "raw"}, "unknown input 'raw'"), ({"route": "fast"}, "unknown route 'fast'"),
 ])
 def test_bad_options(engine, model, kwargs, match):
     with pytest.raises(lmhead.InputError, match=match):
