@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cpu/kernels.hpp"
 #include "quant/activation.hpp"
+#include "quant/llamacpp_route.hpp"
 #include "quant/vec_dot.hpp"
 #include "synth/synthetic_head.hpp"
 
@@ -67,8 +69,23 @@ void check_kernel(const KernelCase& c, uint64_t seed) {
   }
 }
 
-void check_kernel_at(const KernelCase& c, uint64_t seed, Isa isa) {
-  SCOPED_TRACE(describe(c) + " " + isa_name(isa));
+// The reference dot of one row and one token (aligned copies; x: the token's f32 activations, for
+// the f32 route; deq: scratch of `hidden` floats).
+using ReferenceDot = std::function<float(const void* row, const void* act, const float* x, float* deq)>;
+
+// Token t's activations: random normals, or (when `extremes` and t % 4 == 3) every element the
+// same positive value, so that every q8 is 127 and a super-block's integer sums reach past 2^24
+// (where their conversion to float rounds).
+std::vector<float> token_values(int64_t n, int t, bool extremes, std::mt19937& rng) {
+  std::vector<float> x = random_normed(n, rng);
+  if (extremes && t % 4 == 3) std::fill(x.begin(), x.end(), 0.75f);
+  return x;
+}
+
+// Runs `kernel` on c.rows rows and c.tokens tokens in activation format `fmt` and compares every
+// output with `reference`, byte for byte.
+void check_tile(const KernelCase& c, uint64_t seed, TileKernel kernel, quant::ActivationFormat fmt,
+                const ReferenceDot& reference, bool extremes = false) {
   std::mt19937 rng{uint32_t(seed)};
   const uint64_t row_bytes = row_bytes_of(c.type, c.hidden);
   // The weights start one byte past an aligned address: kernels must not assume alignment of rows.
@@ -76,7 +93,6 @@ void check_kernel_at(const KernelCase& c, uint64_t seed, Isa isa) {
   uint8_t* weights = weight_store.data() + 1;
   fill_synthetic_rows(c.type, c.rows, c.hidden, seed, weights);
 
-  const auto fmt = quant::activation_format(c.type, c.route);
   const bool q8 = c.route == ActivationRoute::q8;
   // q8 blocks at odd byte offsets with an odd stride; f32 activations one float off 32-byte
   // alignment with a stride of hidden + 3 floats.
@@ -88,7 +104,7 @@ void check_kernel_at(const KernelCase& c, uint64_t seed, Isa isa) {
   const size_t act_bytes = q8 ? quant::activation_bytes(fmt, c.hidden) : size_t(c.hidden) * 4;
   std::vector<std::vector<uint32_t>> aligned_acts(c.tokens, std::vector<uint32_t>((act_bytes + 3) / 4));
   for (int t = 0; t < c.tokens; ++t) {
-    const std::vector<float> normed = random_normed(c.hidden, rng);
+    const std::vector<float> normed = token_values(c.hidden, t, extremes, rng);
     if (q8) quant::quantize_activations(fmt, normed.data(), c.hidden, aligned_acts[t].data());
     else std::memcpy(aligned_acts[t].data(), normed.data(), act_bytes);
     std::memcpy(act_store.data() + lead + t * stride, aligned_acts[t].data(), act_bytes);
@@ -99,9 +115,7 @@ void check_kernel_at(const KernelCase& c, uint64_t seed, Isa isa) {
   for (float& v : out) std::memcpy(&v, &kSentinel, 4);
   float* out0 = out.data() + 3;
 
-  const KernelSet ks = kernels_for(c.type, isa);
   AlignedScratch scratch(kernel_scratch_bytes(c.hidden));
-  const TileKernel kernel = q8 ? ks.q8 : ks.f32;
   ASSERT_NE(kernel, nullptr);
   kernel(HeadTile{weights, row_bytes, c.rows, c.hidden}, TokenActs{act_store.data() + lead, stride, c.tokens},
          RawOut{out0, out_stride}, scratch.p);
@@ -114,9 +128,7 @@ void check_kernel_at(const KernelCase& c, uint64_t seed, Isa isa) {
     const float* x = reinterpret_cast<const float*>(aligned_acts[t].data());
     for (int64_t r = 0; r < c.rows; ++r) {
       std::memcpy(aligned_row.data(), weights + r * row_bytes, row_bytes);
-      const void* row = aligned_row.data();
-      const float want = q8 ? quant::vec_dot_q8_route(c.type, row, act, c.hidden)
-                            : quant::vec_dot_f32_route(c.type, row, x, c.hidden, deq.data());
+      const float want = reference(aligned_row.data(), act, x, deq.data());
       const float got = out0[t * out_stride + r];
       if (bits(got) != bits(want) && wrong++ < 5)
         ADD_FAILURE() << "token " << t << " row " << r << ": got " << got << " want " << want;
@@ -130,6 +142,17 @@ void check_kernel_at(const KernelCase& c, uint64_t seed, Isa isa) {
       ASSERT_EQ(bits(out[i]), kSentinel) << "out-of-bounds write at cell " << i;
     }
   }
+}
+
+void check_kernel_at(const KernelCase& c, uint64_t seed, Isa isa) {
+  SCOPED_TRACE(describe(c) + " " + isa_name(isa));
+  const bool q8 = c.route == ActivationRoute::q8;
+  const KernelSet ks = kernels_for(c.type, isa);
+  check_tile(c, seed, q8 ? ks.q8 : ks.f32, quant::activation_format(c.type, c.route),
+             [&](const void* row, const void* act, const float* x, float* deq) {
+               return q8 ? quant::vec_dot_q8_route(c.type, row, act, c.hidden)
+                         : quant::vec_dot_f32_route(c.type, row, x, c.hidden, deq);
+             });
 }
 
 const TensorType kHeadTypes[] = {TensorType::Q5_K, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q8_0,
@@ -174,6 +197,30 @@ TEST(CpuKernels, EveryTokenCountOnEachType) {
     for (ActivationRoute route : {ActivationRoute::q8, ActivationRoute::f32})
       for (int tokens : {1, 2, 3, 4, 5, 8, 13, 16})
         check_kernel({type, route, 11, 512, tokens}, 1000 + tokens + 17 * int(type));
+}
+
+// llama.cpp's tiled K-quant order (route tiled; route llamacpp from 8 tokens): the kernel at each
+// instruction-set level against quant::llamacpp_dot's tiled dots, every token count 1..16 (so
+// every tail of the groups of four), odd row counts, one to nine super-blocks, and tokens whose
+// super-block integers pass 2^24.
+TEST(CpuKernels, TiledOrderMatchesLlamaCppDots) {
+  const auto path = quant::LlamaCppPath::tiled_kquant;
+  const int64_t rows[] = {1, 3, 7, 13};
+  const int64_t hiddens[] = {256, 768, 2304};
+  for (Isa isa : {Isa::scalar, Isa::avx2}) {
+    if (!cpu_supports(isa)) continue;
+    for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+      for (int tokens = 1; tokens <= kMaxKernelTokens; ++tokens) {
+        const KernelCase c{type, ActivationRoute::q8, rows[tokens % 4], hiddens[tokens % 3], tokens};
+        SCOPED_TRACE(describe(c) + " tiled " + isa_name(isa));
+        check_tile(c, 500 + tokens + 31 * int(type), llamacpp_kernel(path, type, isa),
+                   quant::llamacpp_activation_format(path, type),
+                   [&](const void* row, const void* act, const float*, float*) {
+                     return quant::llamacpp_dot(path, type, row, act, c.hidden, false);
+                   },
+                   /*extremes=*/true);
+      }
+  }
 }
 
 }  // namespace

@@ -89,9 +89,9 @@ TileKernel llamacpp_kernel(quant::LlamaCppPath path, TensorType type, Isa limit)
     case P::sgemm_q8_0:
       return kernels_for(type, limit).q8;  // vec_dot's order: the default route's kernels
     case P::tiled_kquant:
-      if (type == T::Q4_K) return simd ? &avx2::llamacpp_rows<P::tiled_kquant, T::Q4_K, false> : &llamacpp_rows<P::tiled_kquant, T::Q4_K>;
-      if (type == T::Q5_K) return simd ? &avx2::llamacpp_rows<P::tiled_kquant, T::Q5_K, false> : &llamacpp_rows<P::tiled_kquant, T::Q5_K>;
-      if (type == T::Q6_K) return simd ? &avx2::llamacpp_rows<P::tiled_kquant, T::Q6_K, false> : &llamacpp_rows<P::tiled_kquant, T::Q6_K>;
+      if (type == T::Q4_K) return simd ? &avx2::q4_K_tiled : &llamacpp_rows<P::tiled_kquant, T::Q4_K>;
+      if (type == T::Q5_K) return simd ? &avx2::q5_K_tiled : &llamacpp_rows<P::tiled_kquant, T::Q5_K>;
+      if (type == T::Q6_K) return simd ? &avx2::q6_K_tiled : &llamacpp_rows<P::tiled_kquant, T::Q6_K>;
       return nullptr;
     case P::repack_q4_K_8x8:
       if (type != T::Q4_K) return nullptr;

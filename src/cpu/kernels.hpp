@@ -91,7 +91,11 @@ void q8_0_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void f16_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void bf16_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void f32_f32(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
-// Route llamacpp's paths (llamacpp_avx2.cpp; instantiated there for the paths each type takes).
+// llama.cpp's tiled K-quant order (tiled_avx2.cpp): quant::llamacpp_dot(LlamaCppPath::tiled_kquant).
+void q4_K_tiled(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void q5_K_tiled(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+void q6_K_tiled(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
+// Route llamacpp's other paths (llamacpp_avx2.cpp; instantiated there for the paths each type takes).
 template <quant::LlamaCppPath Path, TensorType Type, bool Grouped>
 void llamacpp_rows(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 }  // namespace avx2

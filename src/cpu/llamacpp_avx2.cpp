@@ -1,9 +1,10 @@
-// Route llamacpp's cpu kernels, compiled for AVX2 + FMA + F16C: the unpacked dots of
-// quant/llamacpp_route.cpp (same integers, same float operations in the same order), with the
-// fused multiply-adds as instructions instead of libm calls, the byte dots vectorized by the
-// compiler, F16 and BF16 activations widened once per tile instead of once per row, and BF16's
-// vdpbf16ps emulated 8 lanes at a time (the rare results near FLT_MIN through the portable step). Only intrinsics,
-// builtins and out-of-line functions of the portable code are used here (kernels.hpp says why).
+// Route llamacpp's cpu kernels (all but the tiled K-quant order, which is tiled_avx2.cpp's),
+// compiled for AVX2 + FMA + F16C: the unpacked dots of quant/llamacpp_route.cpp (same integers,
+// same float operations in the same order), with the fused multiply-adds as instructions instead of
+// libm calls, the byte dots vectorized by the compiler, F16 and BF16 activations widened once per
+// tile instead of once per row, and BF16's vdpbf16ps emulated 8 lanes at a time (the rare results
+// near FLT_MIN through the portable step). Only intrinsics, builtins and out-of-line functions of
+// the portable code are used here (kernels.hpp says why).
 #include <immintrin.h>
 
 #include <cmath>
@@ -46,57 +47,36 @@ Q8K q8k_at(const uint8_t* act, int64_t i) {
   return q;
 }
 
+// The repacked Q4_K path (q4_K_8x8): gemv (Grouped false) and gemm (Grouped true) orders. The tiled
+// K-quant order has its own kernels (tiled_avx2.cpp).
 template <LlamaCppPath Path, TensorType Type, bool Grouped>
 float kquant_dot(const uint8_t* unpacked, const uint8_t* act, int64_t nb) {
+  static_assert(Path == LlamaCppPath::repack_q4_K_8x8 && Type == TensorType::Q4_K);
   const int8_t* levels = reinterpret_cast<const int8_t*>(unpacked);
   const int32_t* scales = reinterpret_cast<const int32_t*>(unpacked + 256 * nb);
   const int32_t* mins = scales + 16 * nb;
   const float* d = reinterpret_cast<const float*>(mins + 8 * nb);
   const float* dmin = d + nb;
-  if constexpr (Path == LlamaCppPath::tiled_kquant && Type == TensorType::Q6_K) {
-    float out = 0;
-    for (int64_t i = 0; i < nb; ++i) {
-      const Q8K y = q8k_at(act, i);
-      int32_t s1 = 0;
-      for (int s = 0; s < 16; ++s) s1 += scales[16 * i + s] * byte_dot_avx2(levels + 256 * i + 16 * s, y.qs + 16 * s, 16);
-      out = std::fma(float(s1) * d[i], y.d, out);
-    }
-    return out;
-  } else if constexpr (Path == LlamaCppPath::tiled_kquant) {
-    float out = 0;
-    for (int64_t i = 0; i < nb; ++i) {
-      const Q8K y = q8k_at(act, i);
-      int32_t s1 = 0, s2 = 0;
-      for (int j = 0; j < 8; ++j) {
-        s1 += scales[16 * i + j] * byte_dot_avx2(levels + 256 * i + 32 * j, y.qs + 32 * j, 32);
-        s2 += mins[8 * i + j] * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
-      }
-      out = std::fma(std::fma(-dmin[i], float(s2), float(s1) * d[i]), y.d, out);
-    }
-    return out;
-  } else {
-    static_assert(Path == LlamaCppPath::repack_q4_K_8x8);
-    float acc = 0, acc_min = 0;
-    for (int64_t i = 0; i < nb; ++i) {
-      const Q8K y = q8k_at(act, i);
-      const float dd = d[i] * y.d, dm = dmin[i] * y.d;
-      int32_t isum = 0, imin = 0;
-      for (int j = 0; j < 8; ++j) {
-        isum += scales[16 * i + j] * byte_dot_avx2(levels + 256 * i + 32 * j, y.qs + 32 * j, 32);
-        imin += mins[8 * i + j] * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
-        if (Grouped && j % 2 == 1) {
-          acc = std::fma(float(isum), dd, acc);
-          acc_min = std::fma(float(imin), dm, acc_min);
-          isum = imin = 0;
-        }
-      }
-      if (!Grouped) {
+  float acc = 0, acc_min = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    const Q8K y = q8k_at(act, i);
+    const float dd = d[i] * y.d, dm = dmin[i] * y.d;
+    int32_t isum = 0, imin = 0;
+    for (int j = 0; j < 8; ++j) {
+      isum += scales[16 * i + j] * byte_dot_avx2(levels + 256 * i + 32 * j, y.qs + 32 * j, 32);
+      imin += mins[8 * i + j] * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
+      if (Grouped && j % 2 == 1) {
         acc = std::fma(float(isum), dd, acc);
         acc_min = std::fma(float(imin), dm, acc_min);
+        isum = imin = 0;
       }
     }
-    return acc - acc_min;
+    if (!Grouped) {
+      acc = std::fma(float(isum), dd, acc);
+      acc_min = std::fma(float(imin), dm, acc_min);
+    }
   }
+  return acc - acc_min;
 }
 
 // F16 and F32 weights (and F16 activations) as exact f32 values.
@@ -266,9 +246,6 @@ void llamacpp_rows(const HeadTile& tile, const TokenActs& acts, const RawOut& ou
   }
 }
 
-template void llamacpp_rows<LlamaCppPath::tiled_kquant, TensorType::Q4_K, false>(const HeadTile&, const TokenActs&, const RawOut&, void*);
-template void llamacpp_rows<LlamaCppPath::tiled_kquant, TensorType::Q5_K, false>(const HeadTile&, const TokenActs&, const RawOut&, void*);
-template void llamacpp_rows<LlamaCppPath::tiled_kquant, TensorType::Q6_K, false>(const HeadTile&, const TokenActs&, const RawOut&, void*);
 template void llamacpp_rows<LlamaCppPath::repack_q4_K_8x8, TensorType::Q4_K, false>(const HeadTile&, const TokenActs&, const RawOut&, void*);
 template void llamacpp_rows<LlamaCppPath::repack_q4_K_8x8, TensorType::Q4_K, true>(const HeadTile&, const TokenActs&, const RawOut&, void*);
 template void llamacpp_rows<LlamaCppPath::vec_dot_f16, TensorType::F16, false>(const HeadTile&, const TokenActs&, const RawOut&, void*);
