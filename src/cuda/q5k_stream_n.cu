@@ -268,7 +268,8 @@ __device__ void finish_tokens(const HeadParams& p, PartialBest (&best)[NT][2], P
   merge_warps_and_finalize(p, s_best, NW, p.T);
 }
 
-template <int NT, int NW, bool TILED>
+// D register buffers per warp: while one item is computed, D - 1 are in flight.
+template <int NT, int NW, bool TILED, int D>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ PartialBest s_best[NW][kMaxTokens];
@@ -285,8 +286,8 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
   const uint8_t* weights = p.stream_n_weights;
 
   ItemWalk walk(p, blockIdx.x * NW + warp, total_warps, lane);
-  Item buf[2];
-  int buf_tile[2], buf_sb[2];
+  Item buf[D];
+  int buf_tile[D], buf_sb[D];
   auto load_next = [&](int d) {
     buf_tile[d] = walk.tile;
     buf_sb[d] = walk.sb;
@@ -294,8 +295,8 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
     load_item<false>(buf[d], weights + (int64_t(walk.tile) * G + walk.sb) * stream::kItemBytes, lane);
     walk.step(p, lane);
   };
-  load_next(0);
-  load_next(1);
+#pragma unroll
+  for (int d = 0; d < D; ++d) load_next(d);
 
   pdl_wait();
   stage_tokens<TTOT>(p, s_act, s_bsp, s_yd, items);
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
   bool more = buf_tile[0] < walk.ntiles;
   while (more) {
 #pragma unroll
-    for (int d = 0; d < 2; ++d) {
+    for (int d = 0; d < D; ++d) {
       const int tile = buf_tile[d], sb = buf_sb[d];
       if (tile >= walk.ntiles) { more = false; break; }
       compute_item<NT>(buf[d], sb, s_act, s_bsp, s_yd, lane, a);
@@ -344,9 +345,9 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_stream_n_kernel(const HeadPara
   finish_tokens<NT, NW>(p, best, s_best, warp, lane);
 }
 
-template <int NT, int NW, bool TILED = false>
+template <int NT, int NW, bool TILED = false, int D = 2>
 void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  launch_head_kernel<q5k_stream_n_kernel<NT, NW, TILED>>(dim3(num_sms), dim3(NW * 32), smem_bytes(p.groups, 8 * NT), pdl,
+  launch_head_kernel<q5k_stream_n_kernel<NT, NW, TILED, D>>(dim3(num_sms), dim3(NW * 32), smem_bytes(p.groups, 8 * NT), pdl,
                                                          stream, p);
 }
 
@@ -354,19 +355,21 @@ void launch_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stre
 
 size_t q5k_stream_n_smem(int groups, int tokens) { return smem_bytes(groups, tokens <= 8 ? 8 : 16); }
 // warps: 8, 12 or 16 per block for T <= 8 (one tile of 8 tokens); T > 8 runs two tiles with 8 warps
-// (the vec_dot order's 64 float accumulators per thread), or with `warps` in the tiled order.
+// (the vec_dot order's 64 float accumulators per thread). The tiled order: `warps` at one or two
+// token tiles, with 2, 3 or 4 item buffers per warp (16 x 2, 12 x 3, 8 x 4: the same bytes in flight
+// per block as the register file allows).
 void launch_q5k_stream_n(const HeadParams& p, int warps, bool llamacpp_tiled, bool pdl, int num_sms,
                          cudaStream_t stream) {
   if (p.T < 1 || p.T > kMaxTokens) throw Error("launch_q5k_stream_n: 1 to 16 tokens per call");
   if (llamacpp_tiled) {
     if (p.T > 8) {
-      if (warps >= 16) return launch_config<2, 16, true>(p, pdl, num_sms, stream);
-      if (warps >= 12) return launch_config<2, 12, true>(p, pdl, num_sms, stream);
-      return launch_config<2, 8, true>(p, pdl, num_sms, stream);
+      if (warps >= 16) return launch_config<2, 16, true, 2>(p, pdl, num_sms, stream);
+      if (warps >= 12) return launch_config<2, 12, true, 3>(p, pdl, num_sms, stream);
+      return launch_config<2, 8, true, 4>(p, pdl, num_sms, stream);
     }
-    if (warps >= 16) return launch_config<1, 16, true>(p, pdl, num_sms, stream);
-    if (warps >= 12) return launch_config<1, 12, true>(p, pdl, num_sms, stream);
-    return launch_config<1, 8, true>(p, pdl, num_sms, stream);
+    if (warps >= 16) return launch_config<1, 16, true, 2>(p, pdl, num_sms, stream);
+    if (warps >= 12) return launch_config<1, 12, true, 3>(p, pdl, num_sms, stream);
+    return launch_config<1, 8, true, 4>(p, pdl, num_sms, stream);
   }
   if (p.T > 8) return launch_config<2, 8>(p, pdl, num_sms, stream);
   if (warps >= 16) return launch_config<1, 16>(p, pdl, num_sms, stream);
