@@ -415,20 +415,35 @@ int main(int argc, char** argv) {
         ForwardRequest tr = req;
         tr.route = Route::llamacpp;
         tr.llamacpp_path = quant::LlamaCppPath::tiled_kquant;
-        for (int T : {1, 16}) {
-          ForwardRequest lr = tr;
-          lr.want_logits = true;
-          const std::vector<float> hidden = make_hidden(T, 9 + T);
-          ForwardOutput a, b;
-          cuda::set_tuning(*gpu, cuda::force_kernel(cuda::HeadKernel::q5k_stream_n_tiled, 16));
-          gpu->forward(hidden.data(), T, lr, a);
-          const std::string fast_kernel = cuda::kernel_name(cuda::last_call(*gpu).kernel);
-          cuda::set_tuning(*gpu, cuda::force_kernel(cuda::HeadKernel::llamacpp_tiled));
-          gpu->forward(hidden.data(), T, lr, b);
-          size_t diff = 0;
-          for (size_t i = 0; i < a.logits.size(); ++i) diff += std::memcmp(&a.logits[i], &b.logits[i], 4) != 0;
-          std::printf("check route tiled T=%d: %s vs %s capped logits: %zu of %zu differ\n", T, fast_kernel.c_str(),
-                      cuda::kernel_name(cuda::last_call(*gpu).kernel), diff, a.logits.size());
+        for (cuda::HeadKernel k : {cuda::HeadKernel::q5k_stream_n_tiled, cuda::HeadKernel::q5k_stream_tiled})
+          for (int T : {1, 16}) {
+            ForwardRequest lr = tr;
+            lr.want_logits = true;
+            const std::vector<float> hidden = make_hidden(T, 9 + T);
+            ForwardOutput a, b;
+            cuda::set_tuning(*gpu, cuda::force_kernel(k, 16));  // the lanes layout: uploaded by its first call
+            gpu->forward(hidden.data(), T, lr, a);
+            const std::string fast_kernel = cuda::kernel_name(cuda::last_call(*gpu).kernel);
+            cuda::set_tuning(*gpu, cuda::force_kernel(cuda::HeadKernel::llamacpp_tiled));
+            gpu->forward(hidden.data(), T, lr, b);
+            size_t diff = 0;
+            for (size_t i = 0; i < a.logits.size(); ++i) diff += std::memcmp(&a.logits[i], &b.logits[i], 4) != 0;
+            std::printf("check route tiled T=%d: %s vs %s capped logits: %zu of %zu differ\n", T, fast_kernel.c_str(),
+                        cuda::kernel_name(cuda::last_call(*gpu).kernel), diff, a.logits.size());
+          }
+        // K = one sub-block on the lanes layout (both copies held), 16 warps x 2 buffers.
+        {
+          cuda::Tuning w = cuda::force_kernel(cuda::HeadKernel::q5k_stream_tiled, 16);
+          w.hooks = best.hooks;
+          cuda::set_tuning(*gpu, w);
+          for (int T : {1, 2, 3, 4, 5, 8, 16}) {
+            const Timing tm = time_forward(*gpu, T, runs, tr);
+            const double gbps = bytes / (tm.wall_ms * 1e6);
+            std::printf("ratio %.3f | T=%-2d route tiled | 16 warps | %.4f ms (gpu %.4f ms) | %.0f B | %.1f GB/s | ceiling "
+                        "%.1f GB/s | %s\n",
+                        gbps / ceiling, T, tm.wall_ms, tm.gpu_ms, bytes, gbps, ceiling,
+                        cuda::kernel_name(cuda::last_call(*gpu).kernel));
+          }
         }
         for (int warps : {16, 12, 8}) {
           cuda::Tuning w = cuda::force_kernel(cuda::HeadKernel::q5k_stream_n_tiled, warps);
@@ -502,6 +517,34 @@ int main(int argc, char** argv) {
           std::printf("ratio %.3f | %s T=2  | %d warps | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s\n",
                       ob / (tw.wall_ms * 1e6) / ceiling, name.c_str(), warps, tw.wall_ms, ob, ob / (tw.wall_ms * 1e6),
                       ceiling);
+        }
+        if (type == TensorType::Q4_K) {
+          // Route tiled's kernel on Q4_K's layout, checked against the generic tiled kernel first.
+          ForwardRequest tr = req;
+          tr.route = Route::llamacpp;
+          tr.llamacpp_path = quant::LlamaCppPath::tiled_kquant;
+          for (int T : {1, 16}) {
+            ForwardRequest lr = tr;
+            lr.want_logits = true;
+            const std::vector<float> hidden = make_hidden(T, 9 + T);
+            ForwardOutput fast, generic;
+            cuda::set_tuning(*b, best);
+            b->forward(hidden.data(), T, lr, fast);
+            const std::string fast_kernel = cuda::kernel_name(cuda::last_call(*b).kernel);
+            cuda::set_tuning(*b, cuda::force_kernel(cuda::HeadKernel::llamacpp_tiled));
+            b->forward(hidden.data(), T, lr, generic);
+            size_t diff = 0;
+            for (size_t i = 0; i < fast.logits.size(); ++i) diff += std::memcmp(&fast.logits[i], &generic.logits[i], 4) != 0;
+            std::printf("check q4_K route tiled T=%d: %s vs %s capped logits: %zu of %zu differ\n", T, fast_kernel.c_str(),
+                        cuda::kernel_name(cuda::last_call(*b).kernel), diff, fast.logits.size());
+          }
+          cuda::set_tuning(*b, best);
+          for (int T : {1, 2, 4, 8, 16}) {
+            const Timing tm = time_forward(*b, T, runs, tr);
+            const double gbps = ob / (tm.wall_ms * 1e6);
+            std::printf("ratio %.3f | q4_K T=%-2d route tiled | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n",
+                        gbps / ceiling, T, tm.wall_ms, ob, gbps, ceiling, cuda::kernel_name(cuda::last_call(*b).kernel));
+          }
         }
         cuda::set_tuning(*b, best);
         for (int T : {1, 2, 4, 8, 16}) {

@@ -97,7 +97,7 @@ TEST(CudaPlan, Q5KWithOneCopy) {
 }
 
 // Route llamacpp: where llama.cpp's path has vec_dot's order the default tables answer; elsewhere
-// the path's own kernel, whatever override rows say (they tune the default route only).
+// the path's own kernel: override rows name only kernels of that path's table (they pick warps).
 TEST(CudaPlan, LlamaCppRouteTakesThePathsKernel) {
   using quant::LlamaCppPath;
   const cuda::PlanDevice all = device(4096, kAll);
@@ -107,13 +107,22 @@ TEST(CudaPlan, LlamaCppRouteTakesThePathsKernel) {
   EXPECT_THROW(cuda::plan_route(false, Route::llamacpp, LlamaCppPath::unsupported), Error);
   const cuda::PlanRow mma[] = {{1, 16, HeadKernel::q5k_mma, 8}};
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 8, all, mma).kernel,
+            HeadKernel::q5k_stream_tiled);
+  const cuda::PlanDevice subblocks = device(4096, kRows | cuda::copy_bit(HeadCopy::subblocks));
+  EXPECT_EQ(cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 8, subblocks).kernel,
             HeadKernel::q5k_stream_n_tiled);
+  const cuda::PlanRow tiled12[] = {{1, 16, HeadKernel::q5k_stream_n_tiled, 12}};
+  const cuda::Plan tuned = cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 8, all, tiled12);
+  EXPECT_EQ(tuned.kernel, HeadKernel::q5k_stream_n_tiled);
+  EXPECT_EQ(tuned.warps, 12);
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 16, device(4096, kRows)).kernel,
             HeadKernel::llamacpp_tiled);
   EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::q6k_stream_tiled);
   EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, device(4096, kRows)).kernel,
             HeadKernel::llamacpp_tiled);
-  EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::llamacpp_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::q4k_stream_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_tiled, 8, device(4096, kRows)).kernel,
+            HeadKernel::llamacpp_tiled);
   EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_repack, 16, all).kernel,
             HeadKernel::llamacpp_repack);
   const cuda::Plan vec = cuda::choose(TensorType::F16, cuda::PlanRoute::llamacpp_float_vec, 3, all);

@@ -66,6 +66,10 @@ TEST_P(TiledRoute, BatchInvariantAndTheSameBytesOnEveryBackend) {
     engines.emplace_back("cuda", std::make_unique<Engine>(model, EngineOptions{.backend = BackendKind::cuda}));
     engines.emplace_back("cuda, 3 shards",
                          std::make_unique<Engine>(model, EngineOptions{.backend = BackendKind::cuda, .shards = 3}));
+    // Q5_K with both stream layouts: the tiled order from the lanes layout (K = one sub-block).
+    EngineOptions both{.backend = BackendKind::cuda};
+    both.cuda_second_layout = true;
+    engines.emplace_back("cuda, both layouts", std::make_unique<Engine>(model, both));
   } else {
     note_no_gpu(why);
   }

@@ -34,13 +34,16 @@ enum class HeadKernel : uint8_t {
   llamacpp_float_sgemm,  // llamafile's tinyBLAS for F16, BF16 and F32 heads
   q5k_stream_n_tiled,   // q5k_stream_n's walk, the lanes' MMAs chained: the tiled K-quant order (Q5_K)
   q6k_stream_tiled,     // q6k_stream's with the tiled K-quant order (Q6_K)
+  q5k_stream_tiled,     // the tiled order on the lanes stream layout: K = one sub-block (Q5_K)
+  q4k_stream_tiled,     // ... on Q4_K's (kquant_tiled.cu)
 };
 
 constexpr HeadKernel kHeadKernels[] = {
     HeadKernel::q5k_stream, HeadKernel::q5k_tma,   HeadKernel::q5k_stream_n, HeadKernel::q4k_stream, HeadKernel::q6k_stream,
     HeadKernel::q8_0_stream, HeadKernel::q5k_lanes, HeadKernel::q5k_mma,      HeadKernel::generic,
     HeadKernel::llamacpp_tiled, HeadKernel::llamacpp_repack, HeadKernel::llamacpp_float_vec, HeadKernel::llamacpp_float_sgemm,
-    HeadKernel::q5k_stream_n_tiled, HeadKernel::q6k_stream_tiled};
+    HeadKernel::q5k_stream_n_tiled, HeadKernel::q6k_stream_tiled, HeadKernel::q5k_stream_tiled,
+    HeadKernel::q4k_stream_tiled};
 
 // The device copies of a head (docs/cuda.md, "Device layouts").
 enum class HeadCopy : uint8_t {
@@ -90,6 +93,10 @@ constexpr KernelDesc kKernelDescs[] = {
      TensorType::Q5_K, HeadCopy::subblocks, 16, false, {16, 12, 8}},
     {HeadKernel::q6k_stream_tiled, "q6k_stream_tiled", "int8 tensor cores, streamed weights, llama.cpp's tiled order",
      TensorType::Q6_K, HeadCopy::lanes, 4, true, {16, 12, 8}},
+    {HeadKernel::q5k_stream_tiled, "q5k_stream_tiled", "int8 tensor cores, tokens in N, K = one sub-block, llama.cpp's tiled order",
+     TensorType::Q5_K, HeadCopy::lanes, 16, false, {16, 12, 8}},
+    {HeadKernel::q4k_stream_tiled, "q4k_stream_tiled", "int8 tensor cores, tokens in N, K = one sub-block, llama.cpp's tiled order",
+     TensorType::Q4_K, HeadCopy::lanes, 16, false, {16, 12, 8}},
 };
 static_assert(std::size(kKernelDescs) == std::size(kHeadKernels));
 
@@ -103,7 +110,7 @@ constexpr bool reads_lanes_acts(HeadKernel k) { return k == HeadKernel::q5k_lane
 constexpr bool is_llamacpp_kernel(HeadKernel k) {
   return k == HeadKernel::llamacpp_tiled || k == HeadKernel::llamacpp_repack || k == HeadKernel::llamacpp_float_vec ||
          k == HeadKernel::llamacpp_float_sgemm || k == HeadKernel::q5k_stream_n_tiled ||
-         k == HeadKernel::q6k_stream_tiled;
+         k == HeadKernel::q6k_stream_tiled || k == HeadKernel::q5k_stream_tiled || k == HeadKernel::q4k_stream_tiled;
 }
 // The kernels that compute the q8 and float routes of a head of type t (llama.cpp's orders are
 // chosen only through their own tables).
@@ -143,10 +150,14 @@ constexpr PlanRow kQ80Plan[] = {{1, 1, HeadKernel::q8_0_stream, 16},
                                 {1, 16, HeadKernel::generic, 0}};
 constexpr PlanRow kGenericPlan[] = {{1, 16, HeadKernel::generic, 0}};
 // llama.cpp's own orders (route llamacpp: their paths already depend on the token count; route
-// tiled: the tiled K-quant order at every T). Q5_K's tiled order runs on the tensor cores where the
-// sub-blocks stream copy is held (warps: docs/performance.md, CUDA attempt 39).
+// tiled: the tiled K-quant order at every T). Q4_K's and Q5_K's tiled order run on the tensor cores
+// from the lanes stream copy where it is held (K = one sub-block), else Q5_K's from the sub-blocks
+// copy (warps: docs/performance.md, CUDA attempts 39, 40).
 constexpr PlanRow kLlamaCppTiledPlan[] = {{1, 16, HeadKernel::llamacpp_tiled, 0}};
-constexpr PlanRow kLlamaCppTiledQ5KPlan[] = {{1, 16, HeadKernel::q5k_stream_n_tiled, 16},
+constexpr PlanRow kLlamaCppTiledQ4KPlan[] = {{1, 16, HeadKernel::q4k_stream_tiled, 16},
+                                             {1, 16, HeadKernel::llamacpp_tiled, 0}};
+constexpr PlanRow kLlamaCppTiledQ5KPlan[] = {{1, 16, HeadKernel::q5k_stream_tiled, 16},
+                                             {1, 16, HeadKernel::q5k_stream_n_tiled, 16},
                                              {1, 16, HeadKernel::llamacpp_tiled, 0}};
 constexpr PlanRow kLlamaCppTiledQ6KPlan[] = {{1, 16, HeadKernel::q6k_stream_tiled, 16},
                                              {1, 16, HeadKernel::llamacpp_tiled, 0}};
@@ -162,6 +173,7 @@ constexpr std::span<const PlanRow> plan_table(TensorType type, PlanRoute route) 
     case PlanRoute::llamacpp_tiled:
       if (type == TensorType::Q5_K) return kLlamaCppTiledQ5KPlan;
       if (type == TensorType::Q6_K) return kLlamaCppTiledQ6KPlan;
+      if (type == TensorType::Q4_K) return kLlamaCppTiledQ4KPlan;
       return kLlamaCppTiledPlan;
     case PlanRoute::llamacpp_repack: return kLlamaCppRepackPlan;
     case PlanRoute::llamacpp_float_vec: return kLlamaCppFloatVecPlan;

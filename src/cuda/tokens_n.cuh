@@ -1,0 +1,240 @@
+#pragma once
+// The tokens-in-N kernel body: every MMA puts 8 tokens (one token tile; two for T > 8) in its N, so a
+// thread's results are rows g, g + 8 of tokens 8 nt + 2q + c, and each warp walks whole 16-row tiles
+// of a stream layout with D items in flight in registers. Shared by the formats that compute this
+// way (a format F is the layout, the activations' arrangement in shared memory and the item's
+// arithmetic):
+//
+//   struct F {
+//     static constexpr bool kQ4;                                  // the item's levels (stream_item.cuh)
+//     static constexpr int kItemBytes, kLanes;                    // float accumulators per output
+//     static const uint8_t* weights(const HeadParams&);
+//     template <int TTOT> static void stage_runs(const HeadParams&, uint32_t* runs, int items);
+//     template <int NT> static void compute(const Item&, int sb, const TokenSmem&, int lane, Acc<NT, kLanes>&);
+//   };
+//
+// q5k_stream_n.cu: the sub-blocks layout in vec_dot's order and in llama.cpp's tiled order;
+// kquant_tiled.cu: the lanes layout in the tiled order (Q4_K, Q5_K).
+#include <cuda_runtime.h>
+
+#include "cuda/device_common.cuh"
+#include "cuda/launch.hpp"
+#include "cuda/stream_item.cuh"
+#include "cuda/stream_layout.hpp"
+
+namespace lmhead::cuda::tokens_n {
+
+constexpr int kTileRows = 16;
+constexpr int kRunWords = 80;  // one token's 64 words of one super-block, padded for the banks
+
+// Shared memory: [G][TTOT][kRunWords] B runs, then [G][TTOT] sub-block sum pairs and y.d.
+inline size_t smem_bytes(int groups, int ttot) {
+  const size_t items = size_t(groups) * ttot;
+  return items * (kRunWords * 4 + 16 + 4);
+}
+
+struct TokenSmem {
+  uint32_t* runs;  // [G][TTOT][kRunWords]
+  uint4* bsp;      // [G][TTOT] sub-block sums as int16 pairs (prep.cu)
+  float* yd;       // [G][TTOT]
+};
+
+// L float accumulators per output (vec_dot's eight lanes, or the tiled order's one chain) and the
+// mins chains of vec_dot's order.
+template <int NT, int L>
+struct Acc {
+  float acc[NT][2][2][L];  // [N tile][token 2q + c][row g, g + 8][lane k]
+  float summs[NT][2][2];
+  __device__ void reset(int nt, int c, int r) {
+    summs[nt][c][r] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < L; ++k) acc[nt][c][r][k] = 0.0f;
+  }
+};
+
+// The row headers of an item's rows g, g + 8 (r) for a Q4_K / Q5_K item: d, dmin and the 6-bit scales
+// and mins as packed bytes.
+struct KRowHeaders {
+  float d[2], dmin[2];
+  KScales ks[2];
+  __device__ explicit KRowHeaders(const Item& it) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      d[r] = __half2float(__ushort_as_half(uint16_t(it.h[r].x & 0xFFFFu)));
+      dmin[r] = __half2float(__ushort_as_half(uint16_t(it.h[r].x >> 16)));
+      ks[r] = k_scales(it.h[r]);
+    }
+  }
+};
+
+// The tiled order's float steps of one item (Q4_K, Q5_K: numerics.md, "Route tiled"): s1[nt][2r + c]
+// is the super-block's exact scaled sum of row g + 8r and token 8 nt + 2q + c, s2 comes from the
+// sub-block sums (k_mins_sum's float is float(s2) exactly: |s2| < 2^22); then
+// r = fma(-dmin, s2, s1 * d) and out = fma(r, y.d, out).
+template <int NT>
+__device__ __forceinline__ void tiled_accumulate(const int (&s1)[NT][4], const KRowHeaders& h, int sb,
+                                                 const TokenSmem& s, int lane, Acc<NT, 1>& a) {
+  constexpr int TTOT = 8 * NT;
+  const int q = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int tok = 8 * nt + 2 * q + c;
+      const float yd = s.yd[sb * TTOT + tok];
+      const uint4 bs = s.bsp[sb * TTOT + tok];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float rr = __fmaf_rn(-h.dmin[r], k_mins_sum(bs, h.ks[r].m_lo, h.ks[r].m_hi),
+                                   __fmul_rn(__int2float_rn(s1[nt][2 * r + c]), h.d[r]));
+        a.acc[nt][c][r][0] = __fmaf_rn(rr, yd, a.acc[nt][c][r][0]);
+      }
+    }
+}
+
+// y.d and the sub-block sum pairs of every (super-block, token slot); slots past T get zeros (their
+// columns are computed and dropped).
+template <int TTOT>
+__device__ void stage_token_sums(const HeadParams& p, const TokenSmem& s, int items) {
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int sb = i / TTOT, t = i - sb * TTOT;
+    const bool real = t < p.T;
+    s.yd[i] = real ? p.act_d[size_t(sb) * kMaxTokens + t] : 0.0f;
+    s.bsp[i] = real ? *reinterpret_cast<const uint4*>(p.act_bsp + (size_t(sb) * kMaxTokens + t) * 4)
+                    : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// Row g + 8r, token 8 nt + 2q + c of a finished tile: the eight lanes and the mins term (L = 1: the
+// one chain) give the raw logit, then scale, cap, store and the running argmax.
+template <int L>
+__device__ __forceinline__ void finish_row(const HeadParams& p, int tile, int lane, int nt, int c, int r,
+                                           const float (&lanes)[L], float summs, PartialBest& best) {
+  const int g = lane >> 2, q = lane & 3, V = p.vocab;
+  float raw;
+  if constexpr (L == 1) raw = lanes[0];
+  else raw = __fadd_rn(reduce_lanes(lanes), summs);
+  const int row = tile * kTileRows + g + 8 * r;
+  const int tok = 8 * nt + 2 * q + c;
+  if (row < V && tok < p.T) {
+    const float biased = add_head_bias(raw, p, row);
+    const float capped = apply_cap(biased, p);
+    p.logits[size_t(tok) * V + row] = capped;
+    if (p.raw) p.raw[size_t(tok) * V + row] = biased;
+    best = best_merge(best, best_single(capped, row));
+  }
+}
+
+// Token 8 nt + 2q + c lives in the threads with that q: merge over g (lanes q, q + 4, ..., q + 28),
+// then over the warps, then the last block's finalize.
+template <int NT, int NW>
+__device__ void finish_tokens(const HeadParams& p, PartialBest (&best)[NT][2], PartialBest (*s_best)[kMaxTokens],
+                              int warp, int lane) {
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      PartialBest b = best[nt][c];
+#pragma unroll
+      for (int m = 4; m < 32; m <<= 1) b = best_merge(b, best_shfl_xor(b, m));
+      if (g == 0) s_best[warp][8 * nt + 2 * q + c] = b;
+    }
+  merge_warps_and_finalize(p, s_best, NW, p.T);
+}
+
+// D register buffers per warp: while one item is computed, D - 1 are in flight.
+template <class F, int NT, int NW, int D>
+__global__ void __launch_bounds__(NW * 32, 1) kernel(const HeadParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ PartialBest s_best[NW][kMaxTokens];
+  constexpr int TTOT = 8 * NT;
+  constexpr int L = F::kLanes;
+
+  const int G = p.groups;
+  const int items = G * TTOT;
+  TokenSmem s;
+  s.runs = reinterpret_cast<uint32_t*>(smem);
+  s.bsp = reinterpret_cast<uint4*>(s.runs + size_t(items) * kRunWords);
+  s.yd = reinterpret_cast<float*>(s.bsp + items);
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int total_warps = gridDim.x * NW;
+  const uint8_t* weights = F::weights(p);
+
+  // The first loads are issued before the wait for the prep kernel, which they do not depend on.
+  ItemWalk walk(p, blockIdx.x * NW + warp, total_warps, lane);
+  Item buf[D];
+  int buf_tile[D], buf_sb[D];
+  auto load_next = [&](int d) {
+    buf_tile[d] = walk.tile;
+    buf_sb[d] = walk.sb;
+    if (walk.done()) return;
+    load_item<F::kQ4>(buf[d], weights + (int64_t(walk.tile) * G + walk.sb) * F::kItemBytes, lane);
+    walk.step(p, lane);
+  };
+#pragma unroll
+  for (int d = 0; d < D; ++d) load_next(d);
+
+  pdl_wait();
+  F::template stage_runs<TTOT>(p, s.runs, items);
+  stage_token_sums<TTOT>(p, s, items);
+  __syncthreads();
+
+  PartialBest best[NT][2];
+  Acc<NT, L> a;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      best[nt][c] = best_empty();
+#pragma unroll
+      for (int r = 0; r < 2; ++r) a.reset(nt, c, r);
+    }
+
+  bool more = buf_tile[0] < walk.ntiles;
+  while (more) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const int tile = buf_tile[d], sb = buf_sb[d];
+      if (tile >= walk.ntiles) { more = false; break; }
+      F::template compute<NT>(buf[d], sb, s, lane, a);
+      load_next(d);
+      if (sb == G - 1) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              finish_row<L>(p, tile, lane, nt, c, r, a.acc[nt][c][r], a.summs[nt][c][r], best[nt][c]);
+              a.reset(nt, c, r);
+            }
+      }
+    }
+  }
+
+  finish_tokens<NT, NW>(p, best, s_best, warp, lane);
+}
+
+template <class F, int NT, int NW, int D>
+void launch(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
+  launch_head_kernel<kernel<F, NT, NW, D>>(dim3(num_sms), dim3(NW * 32), smem_bytes(p.groups, 8 * NT), pdl, stream, p);
+}
+
+// The tiled order's configurations: one token tile for T <= 8, two above; `warps` 16, 12 or 8 with 2,
+// 3 or 4 item buffers (the bytes in flight the register file allows; docs/performance.md, CUDA
+// attempt 39).
+template <class F>
+void launch_tiled(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
+  if (p.T > 8) {
+    if (warps >= 16) return launch<F, 2, 16, 2>(p, pdl, num_sms, stream);
+    if (warps >= 12) return launch<F, 2, 12, 3>(p, pdl, num_sms, stream);
+    return launch<F, 2, 8, 4>(p, pdl, num_sms, stream);
+  }
+  if (warps >= 16) return launch<F, 1, 16, 2>(p, pdl, num_sms, stream);
+  if (warps >= 12) return launch<F, 1, 12, 3>(p, pdl, num_sms, stream);
+  return launch<F, 1, 8, 4>(p, pdl, num_sms, stream);
+}
+
+}  // namespace lmhead::cuda::tokens_n
