@@ -54,6 +54,19 @@ void for_each_cpu_isa(const HeadView& view, std::initializer_list<int> thread_co
   }
 }
 
+// Hidden states of tokens with different magnitudes (token t scaled by 1 + t % magnitudes), from a
+// xorshift stream; `salt` keeps two suites' states apart for the same seed.
+inline std::vector<float> varied_hidden_states(int tokens, int64_t H, uint64_t seed, uint64_t salt, int magnitudes) {
+  std::vector<float> h(size_t(tokens) * H);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + salt;
+  for (size_t i = 0; i < h.size(); ++i) {
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    const float u = float(int64_t(x % 2000001) - 1000000) / 1e6f;
+    h[i] = u * (1.0f + float(i / size_t(H) % size_t(magnitudes)));
+  }
+  return h;
+}
+
 inline uint32_t bits_of(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 
 // Distance in units in the last place between two finite floats of any sign.

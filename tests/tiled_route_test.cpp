@@ -28,14 +28,7 @@ using namespace lmhead;
 using namespace lmhead::testing;
 
 std::vector<float> hidden_states(int tokens, int64_t H, uint64_t seed) {
-  std::vector<float> h(size_t(tokens) * H);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 7;
-  for (size_t i = 0; i < h.size(); ++i) {
-    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-    const float u = float(int64_t(x % 2000001) - 1000000) / 1e6f;
-    h[i] = u * (1.0f + float(i / size_t(H) % 7));
-  }
-  return h;
+  return varied_hidden_states(tokens, H, seed, 7, 7);
 }
 
 // Not gtest's skip marker: ctest would report the whole test as skipped, hiding the CPU half.

@@ -422,6 +422,15 @@ UnpackedK view_unpacked(const void* p, int64_t nb) {
   return u;
 }
 
+// Rows sit at any byte offset inside a GGUF tensor or a shard (block sizes are 144/176/210 bytes),
+// so blocks are read through a copy rather than a reference into the row.
+template <class Block>
+Block load_block(const void* row, int64_t i) {
+  Block b;
+  std::memcpy(&b, static_cast<const uint8_t*>(row) + i * int64_t(sizeof(Block)), sizeof(Block));
+  return b;
+}
+
 int32_t byte_dot(const int8_t* a, const int8_t* b, int n) {
   int32_t s = 0;
   for (int e = 0; e < n; ++e) s += int32_t(a[e]) * int32_t(b[e]);
@@ -437,9 +446,13 @@ size_t llamacpp_unpacked_bytes(int64_t n) {
 
 void llamacpp_unpack_row(TensorType type, const void* row, int64_t n, void* unpacked) {
   if (type == TensorType::F16 || type == TensorType::BF16) {
-    const uint16_t* w = static_cast<const uint16_t*>(row);
+    const uint8_t* w = static_cast<const uint8_t*>(row);
     float* out = static_cast<float*>(unpacked);
-    for (int64_t e = 0; e < n; ++e) out[e] = type == TensorType::F16 ? f16_to_f32(w[e]) : bf16_to_f32(w[e]);
+    for (int64_t e = 0; e < n; ++e) {
+      uint16_t h;
+      std::memcpy(&h, w + 2 * e, 2);
+      out[e] = type == TensorType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
     return;
   }
   if (type == TensorType::F32) {
@@ -456,7 +469,7 @@ void llamacpp_unpack_row(TensorType type, const void* row, int64_t n, void* unpa
   for (int64_t i = 0; i < nb; ++i) {
     int8_t* lv = levels + 256 * i;
     if (type == TensorType::Q6_K) {
-      const block_q6_K& x = static_cast<const block_q6_K*>(row)[i];
+      const block_q6_K x = load_block<block_q6_K>(row, i);
       // §3's element order, a whole 128-element half at a time.
       for (int n = 0; n < 2; ++n)
         for (int l = 0; l < 32; ++l) {
@@ -471,24 +484,24 @@ void llamacpp_unpack_row(TensorType type, const void* row, int64_t n, void* unpa
       dmin[i] = 0;
       continue;
     }
-    const uint8_t* sc_bytes;
+    uint8_t sc_bytes[12];  // the packed scales and mins, copied out of the block (whose copy ends with its branch)
     if (type == TensorType::Q5_K) {
-      const block_q5_K& x = static_cast<const block_q5_K*>(row)[i];
+      const block_q5_K x = load_block<block_q5_K>(row, i);
       for (int p = 0; p < 4; ++p)
         for (int l = 0; l < 32; ++l) {
           const uint8_t q = x.qs[32 * p + l], h = x.qh[l];
           lv[64 * p + l] = int8_t((q & 15) | (((h >> (2 * p)) & 1) << 4));
           lv[64 * p + 32 + l] = int8_t((q >> 4) | (((h >> (2 * p + 1)) & 1) << 4));
         }
-      sc_bytes = x.scales; d[i] = f16_to_f32(x.d); dmin[i] = f16_to_f32(x.dmin);
+      std::memcpy(sc_bytes, x.scales, sizeof sc_bytes); d[i] = f16_to_f32(x.d); dmin[i] = f16_to_f32(x.dmin);
     } else if (type == TensorType::Q4_K) {
-      const block_q4_K& x = static_cast<const block_q4_K*>(row)[i];
+      const block_q4_K x = load_block<block_q4_K>(row, i);
       for (int p = 0; p < 4; ++p)
         for (int l = 0; l < 32; ++l) {
           lv[64 * p + l] = int8_t(x.qs[32 * p + l] & 15);
           lv[64 * p + 32 + l] = int8_t(x.qs[32 * p + l] >> 4);
         }
-      sc_bytes = x.scales; d[i] = f16_to_f32(x.d); dmin[i] = f16_to_f32(x.dmin);
+      std::memcpy(sc_bytes, x.scales, sizeof sc_bytes); d[i] = f16_to_f32(x.d); dmin[i] = f16_to_f32(x.dmin);
     } else {
       throw Error("llama.cpp route: no unpacked form for " + std::string(tensor_type_name(type)) + " rows");
     }
@@ -510,36 +523,38 @@ float llamacpp_dot_unpacked(LlamaCppPath path, TensorType type, const void* unpa
   }
   const int64_t nb = n / kSuperBlock;
   const UnpackedK u = view_unpacked(unpacked, nb);
-  const block_q8_K* y = static_cast<const block_q8_K*>(act);
   if (path == LlamaCppPath::tiled_kquant && type == TensorType::Q6_K) {
     float out = 0;
     for (int64_t i = 0; i < nb; ++i) {
+      const block_q8_K y = load_block<block_q8_K>(act, i);  // tokens sit at any byte offset
       int32_t s1 = 0;
-      for (int s = 0; s < 16; ++s) s1 += u.scales[16 * i + s] * byte_dot(u.levels + 256 * i + 16 * s, y[i].qs + 16 * s, 16);
-      out = std::fma(float(s1) * u.d[i], y[i].d, out);
+      for (int s = 0; s < 16; ++s) s1 += u.scales[16 * i + s] * byte_dot(u.levels + 256 * i + 16 * s, y.qs + 16 * s, 16);
+      out = std::fma(float(s1) * u.d[i], y.d, out);
     }
     return out;
   }
   if (path == LlamaCppPath::tiled_kquant && (type == TensorType::Q5_K || type == TensorType::Q4_K)) {
     float out = 0;
     for (int64_t i = 0; i < nb; ++i) {
+      const block_q8_K y = load_block<block_q8_K>(act, i);  // tokens sit at any byte offset
       int32_t s1 = 0, s2 = 0;
       for (int j = 0; j < 8; ++j) {
-        s1 += u.scales[16 * i + j] * byte_dot(u.levels + 256 * i + 32 * j, y[i].qs + 32 * j, 32);
-        s2 += u.mins[8 * i + j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        s1 += u.scales[16 * i + j] * byte_dot(u.levels + 256 * i + 32 * j, y.qs + 32 * j, 32);
+        s2 += u.mins[8 * i + j] * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
       }
-      out = std::fma(std::fma(-u.dmin[i], float(s2), float(s1) * u.d[i]), y[i].d, out);
+      out = std::fma(std::fma(-u.dmin[i], float(s2), float(s1) * u.d[i]), y.d, out);
     }
     return out;
   }
   if (path == LlamaCppPath::repack_q4_K_8x8 && type == TensorType::Q4_K) {
     float acc = 0, acc_min = 0;
     for (int64_t i = 0; i < nb; ++i) {
-      const float dd = u.d[i] * y[i].d, dm = u.dmin[i] * y[i].d;
+      const block_q8_K y = load_block<block_q8_K>(act, i);  // tokens sit at any byte offset
+      const float dd = u.d[i] * y.d, dm = u.dmin[i] * y.d;
       int32_t isum = 0, imin = 0;
       for (int j = 0; j < 8; ++j) {
-        isum += u.scales[16 * i + j] * byte_dot(u.levels + 256 * i + 32 * j, y[i].qs + 32 * j, 32);
-        imin += u.mins[8 * i + j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        isum += u.scales[16 * i + j] * byte_dot(u.levels + 256 * i + 32 * j, y.qs + 32 * j, 32);
+        imin += u.mins[8 * i + j] * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
         if (grouped && j % 2 == 1) {
           acc = std::fma(float(isum), dd, acc);
           acc_min = std::fma(float(imin), dm, acc_min);
