@@ -518,8 +518,8 @@ int main(int argc, char** argv) {
                       ob / (tw.wall_ms * 1e6) / ceiling, name.c_str(), warps, tw.wall_ms, ob, ob / (tw.wall_ms * 1e6),
                       ceiling);
         }
-        if (type == TensorType::Q4_K) {
-          // Route tiled's kernel on Q4_K's layout, checked against the generic tiled kernel first.
+        if (type == TensorType::Q4_K || type == TensorType::Q6_K) {
+          // Route tiled's kernel on the type's layout, checked against the generic tiled kernel first.
           ForwardRequest tr = req;
           tr.route = Route::llamacpp;
           tr.llamacpp_path = quant::LlamaCppPath::tiled_kquant;
@@ -535,15 +535,31 @@ int main(int argc, char** argv) {
             b->forward(hidden.data(), T, lr, generic);
             size_t diff = 0;
             for (size_t i = 0; i < fast.logits.size(); ++i) diff += std::memcmp(&fast.logits[i], &generic.logits[i], 4) != 0;
-            std::printf("check q4_K route tiled T=%d: %s vs %s capped logits: %zu of %zu differ\n", T, fast_kernel.c_str(),
+            std::printf("check %s route tiled T=%d: %s vs %s capped logits: %zu of %zu differ\n", name.c_str(), T,
+                        fast_kernel.c_str(),
                         cuda::kernel_name(cuda::last_call(*b).kernel), diff, fast.logits.size());
+          }
+          // Q6_K: the tokens-in-N kernel against the passes-of-4 one (the table's second row).
+          for (cuda::HeadKernel k : {cuda::HeadKernel::q6k_stream_tiled}) {
+            if (type != TensorType::Q6_K) break;
+            cuda::Tuning w = cuda::force_kernel(k, 16);
+            w.hooks = best.hooks;
+            cuda::set_tuning(*b, w);
+            for (int T : {1, 2, 4}) {
+              const Timing tm = time_forward(*b, T, runs, tr);
+              const double gbps = ob / (tm.wall_ms * 1e6);
+              std::printf("ratio %.3f | %s T=%-2d route tiled | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n",
+                          gbps / ceiling, name.c_str(), T, tm.wall_ms, ob, gbps, ceiling,
+                          cuda::kernel_name(cuda::last_call(*b).kernel));
+            }
           }
           cuda::set_tuning(*b, best);
           for (int T : {1, 2, 4, 8, 16}) {
             const Timing tm = time_forward(*b, T, runs, tr);
             const double gbps = ob / (tm.wall_ms * 1e6);
-            std::printf("ratio %.3f | q4_K T=%-2d route tiled | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n",
-                        gbps / ceiling, T, tm.wall_ms, ob, gbps, ceiling, cuda::kernel_name(cuda::last_call(*b).kernel));
+            std::printf("ratio %.3f | %s T=%-2d route tiled | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n",
+                        gbps / ceiling, name.c_str(), T, tm.wall_ms, ob, gbps, ceiling,
+                        cuda::kernel_name(cuda::last_call(*b).kernel));
           }
         }
         cuda::set_tuning(*b, best);

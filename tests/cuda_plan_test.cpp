@@ -117,7 +117,9 @@ TEST(CudaPlan, LlamaCppRouteTakesThePathsKernel) {
   EXPECT_EQ(tuned.warps, 12);
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 16, device(4096, kRows)).kernel,
             HeadKernel::llamacpp_tiled);
-  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::q6k_stream_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::q6k_tiled_n);
+  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 2, all).kernel, HeadKernel::q6k_tiled_n);
+  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 1, all).kernel, HeadKernel::q6k_stream_tiled);
   EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, device(4096, kRows)).kernel,
             HeadKernel::llamacpp_tiled);
   EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::q4k_stream_tiled);

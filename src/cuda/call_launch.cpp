@@ -47,8 +47,9 @@ void launch_head(const Shape& s, HeadParams& hp, TensorType type, int num_sms, c
       case HeadKernel::q5k_tma: launch_q5k_tma(hp, pdl, num_sms, stream); break;
       case HeadKernel::q5k_stream_n: launch_q5k_stream_n(hp, warps, false, pdl, num_sms, stream); break;
       case HeadKernel::q5k_stream_n_tiled: launch_q5k_stream_n(hp, warps, true, pdl, num_sms, stream); break;
-      case HeadKernel::q5k_stream_tiled: launch_kquant_tiled(hp, warps, false, pdl, num_sms, stream); break;
-      case HeadKernel::q4k_stream_tiled: launch_kquant_tiled(hp, warps, true, pdl, num_sms, stream); break;
+      case HeadKernel::q5k_stream_tiled: launch_kquant_tiled(hp, warps, TensorType::Q5_K, pdl, num_sms, stream); break;
+      case HeadKernel::q4k_stream_tiled: launch_kquant_tiled(hp, warps, TensorType::Q4_K, pdl, num_sms, stream); break;
+      case HeadKernel::q6k_tiled_n: launch_kquant_tiled(hp, warps, TensorType::Q6_K, pdl, num_sms, stream); break;
       case HeadKernel::q5k_lanes: launch_q5k_lanes(hp, pdl, num_sms, stream); break;
       case HeadKernel::q5k_mma: {
         MmaConfig mc;

@@ -104,6 +104,19 @@ __device__ __forceinline__ void mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, 
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c0), "r"(c1), "r"(c2), "r"(c3));
 }
 
+// m16n8k16 (K = 16: A two registers, B one), accumulators started at 0: u8 x s8 (Q6_K levels x q8),
+// s8 x u8 and s8 x s8 (Q6_K scales x the bytes of the token's 16-element sums).
+#define LMHEAD_MMA_K16(name, ta, tb)                                                                              \
+  __device__ __forceinline__ void name(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {                       \
+    asm("mma.sync.aligned.m16n8k16.row.col.s32." ta "." tb ".s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"     \
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])                                                           \
+        : "r"(a0), "r"(a1), "r"(b0), "r"(0));                                                                      \
+  }
+LMHEAD_MMA_K16(mma16_u8s8, "u8", "s8")
+LMHEAD_MMA_K16(mma16_s8u8, "s8", "u8")
+LMHEAD_MMA_K16(mma16_s8s8, "s8", "s8")
+#undef LMHEAD_MMA_K16
+
 // s8 weights (Q8_0) x s8 activations, accumulators started at 0.
 __device__ __forceinline__ void mma_s8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {

@@ -1,4 +1,4 @@
-// Q4_K and Q5_K heads in llama.cpp's tiled K-quant order (route tiled at every T; route llamacpp
+// Q4_K, Q5_K and Q6_K heads in llama.cpp's tiled K-quant order (route tiled at every T; route llamacpp
 // where llama.cpp tiles) on the lanes stream layout (stream_layout.hpp), tokens in the MMA's N
 // (tokens_n.cuh's kernel body).
 //
@@ -32,13 +32,9 @@ using tokens_n::Acc;
 using tokens_n::kRunWords;
 using tokens_n::TokenSmem;
 
-template <bool Q4>
-struct LanesTiled {
-  static constexpr bool kQ4 = Q4;
-  static constexpr int kItemBytes = Q4 ? stream::kQ4ItemBytes : stream::kItemBytes;
-  static constexpr int kLanes = 1;
-  __device__ static const uint8_t* weights(const HeadParams& p) { return p.stream_weights; }
-
+// The B runs of the lanes split's K = one chunk: thread q's words (j, q) and (j, q + 4) of every
+// chunk j (Q4_K, Q5_K, Q6_K).
+struct LanesRuns {
   template <int TTOT>
   __device__ static void stage_runs(const HeadParams& p, uint32_t* runs, int items) {
     // 16-byte chunk c of a token's q8 holds words (j = c / 2, k = 4 (c % 2) .. + 3); word (j, k) goes
@@ -56,6 +52,20 @@ struct LanesTiled {
         run[4 * (4 * (j >> 1) + (k & 3)) + 2 * (j & 1) + (k >> 2)] = wv[u];
       }
     }
+  }
+};
+
+template <bool Q4>
+struct LanesTiled : LanesRuns {
+  using Item = lmhead::cuda::Item;
+  __device__ static void load(Item& it, const uint8_t* item, int lane) { load_item<Q4>(it, item, lane); }
+  static constexpr int kItemBytes = Q4 ? stream::kQ4ItemBytes : stream::kItemBytes;
+  static constexpr int kLanes = 1;
+  static constexpr int kSumVecs = 1;
+  __device__ static const uint8_t* weights(const HeadParams& p) { return p.stream_weights; }
+  template <int TTOT>
+  __device__ static void stage_sums(const HeadParams& p, const TokenSmem& s, int items) {
+    tokens_n::stage_token_sums<TTOT>(p, s, items);
   }
 
   template <int NT>
@@ -119,14 +129,121 @@ struct LanesTiled {
   }
 };
 
+// Q6_K: sixteen 16-element sub-blocks with signed 8-bit scales, levels stored as u = q6 + 32 (0..63).
+// A(2j) and A(2j + 1) are sub-blocks 2j and 2j + 1's elements 4q .. 4q + 3: each one m16n8k16 A
+// fragment (K = one sub-block), so per chunk two MMAs, each D times its signed scale in int32. The
+// offset, -32 times the scaled sums of the token's 16-element sums, is two more m16n8k16 MMAs per
+// token tile: A = the row's sixteen scales as stored (word q = scales 4q .. 4q + 3, the fragment of
+// K = 16), B = the low bytes (unsigned) and high bytes (signed) of the sums (|sum| <= 2,032). So
+// s1 = sum_s sc[s] (u . q8)_s - 32 (256 O_hi + O_lo), exact (|s1| < 2^29), and
+// out = fma(float(s1) * d, y.d, out) (numerics.md, "Route tiled").
+struct Q6LanesTiled : LanesRuns {
+  using Item = Q6Item;
+  __device__ static void load(Item& it, const uint8_t* item, int lane) { load_q6_item(it, item, lane); }
+  static constexpr int kItemBytes = stream::kQ6ItemBytes;
+  static constexpr int kLanes = 1;
+  static constexpr int kSumVecs = 2;  // the sums' low bytes (4 words), then their high bytes
+  __device__ static const uint8_t* weights(const HeadParams& p) { return p.stream_weights; }
+
+  template <int TTOT>
+  __device__ static void stage_sums(const HeadParams& p, const TokenSmem& s, int items) {
+    for (int i = threadIdx.x; i < items; i += blockDim.x) {
+      const int sb = i / TTOT, t = i - sb * TTOT;
+      const bool real = t < p.T;
+      s.yd[i] = real ? p.act_d[size_t(sb) * kMaxTokens + t] : 0.0f;
+      uint32_t lo[4] = {0u, 0u, 0u, 0u}, hi[4] = {0u, 0u, 0u, 0u};
+      if (real) {
+        const uint4* q8 = reinterpret_cast<const uint4*>(p.act_qs + (size_t(sb) * kMaxTokens + t) * kActPitch);
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+          const uint4 v = q8[m];
+          int sum = 0;
+#pragma unroll
+          for (int w = 0; w < 4; ++w) sum = __dp4a(int(word_of(v, w)), 0x01010101, sum);
+          lo[m >> 2] |= (uint32_t(sum) & 0xFFu) << (8 * (m & 3));
+          hi[m >> 2] |= (uint32_t(sum >> 8) & 0xFFu) << (8 * (m & 3));
+        }
+      }
+      s.bsp[2 * i] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      s.bsp[2 * i + 1] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    }
+  }
+
+  template <int NT>
+  __device__ static void compute(const Item& it, int sb, const TokenSmem& s, int lane, Acc<NT, 1>& a) {
+    constexpr int TTOT = 8 * NT;
+    const int g = lane >> 2, q = lane & 3;
+    uint32_t scw[2];  // scales 4q .. 4q + 3 of rows g, g + 8: the offset MMAs' A
+#pragma unroll
+    for (int r = 0; r < 2; ++r) scw[r] = word_of(it.sc[r], q);
+
+    uint4 bq[NT][4];
+    int s1[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int item = sb * TTOT + 8 * nt + g;
+      const uint32_t* run = s.runs + item * kRunWords + 4 * q;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(run + 16 * i);
+      const uint32_t* sums = reinterpret_cast<const uint32_t*>(s.bsp + 2 * item);
+      int olo[4], ohi[4];
+      mma16_s8u8(olo, scw[0], scw[1], sums[q]);
+      mma16_s8s8(ohi, scw[0], scw[1], sums[4 + q]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s1[nt][e] = -32 * (256 * ohi[e] + olo[e]);
+    }
+
+    uint32_t w[2][12];
+    q6_item_words(it, w);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      uint32_t lo[2], hi[2];  // rows g, g + 8: sub-block 2j's and 2j + 1's elements 4q .. 4q + 3
+      int sca[2], scb[2];     // their signed scales
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        lo[r] = stream::q6_level_word(w[r], 2 * j);
+        hi[r] = stream::q6_level_word(w[r], 2 * j + 1);
+        const uint32_t word = word_of(it.sc[r], j >> 1);
+        sca[r] = int(word << (24 - 16 * (j & 1))) >> 24;
+        scb[r] = int(word << (16 - 16 * (j & 1))) >> 24;
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        int d0[4], d1[4];  // d[2r + c]: row g + 8r, token 8 nt + 2q + c
+        mma16_u8s8(d0, lo[0], lo[1], word_of(bq[nt][j >> 1], 2 * (j & 1)));
+        mma16_u8s8(d1, hi[0], hi[1], word_of(bq[nt][j >> 1], 2 * (j & 1) + 1));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s1[nt][e] += sca[e >> 1] * d0[e] + scb[e >> 1] * d1[e];
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float yd = s.yd[sb * TTOT + 8 * nt + 2 * q + c];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float d = __half2float(__ushort_as_half(uint16_t(it.d >> (16 * r))));
+          a.acc[nt][c][r][0] = __fmaf_rn(__fmul_rn(__int2float_rn(s1[nt][2 * r + c]), d), yd, a.acc[nt][c][r][0]);
+        }
+      }
+  }
+};
+
 }  // namespace
 
-size_t kquant_tiled_smem(int groups, int tokens) { return tokens_n::smem_bytes(groups, tokens <= 8 ? 8 : 16); }
+size_t kquant_tiled_smem(int groups, int tokens, bool q6k) {
+  return tokens_n::smem_bytes(groups, tokens <= 8 ? 8 : 16, q6k ? Q6LanesTiled::kSumVecs : 1);
+}
 
-void launch_kquant_tiled(const HeadParams& p, int warps, bool q4k, bool pdl, int num_sms, cudaStream_t stream) {
+void launch_kquant_tiled(const HeadParams& p, int warps, TensorType type, bool pdl, int num_sms, cudaStream_t stream) {
   if (p.T < 1 || p.T > kMaxTokens) throw Error("launch_kquant_tiled: 1 to 16 tokens per call");
-  if (q4k) return tokens_n::launch_tiled<LanesTiled<true>>(p, warps, pdl, num_sms, stream);
-  return tokens_n::launch_tiled<LanesTiled<false>>(p, warps, pdl, num_sms, stream);
+  switch (type) {
+    case TensorType::Q4_K: return tokens_n::launch_tiled<LanesTiled<true>>(p, warps, pdl, num_sms, stream);
+    case TensorType::Q5_K: return tokens_n::launch_tiled<LanesTiled<false>>(p, warps, pdl, num_sms, stream);
+    case TensorType::Q6_K: return tokens_n::launch_tiled<Q6LanesTiled>(p, warps, pdl, num_sms, stream);
+    default: throw Error("launch_kquant_tiled: Q4_K, Q5_K or Q6_K heads");
+  }
 }
 
 }  // namespace lmhead::cuda

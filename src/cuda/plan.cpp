@@ -19,6 +19,7 @@ static_assert(desc(HeadKernel::q5k_stream_n).max_tokens == kMaxTokens);
 static_assert(desc(HeadKernel::q5k_mma).max_tokens == kMaxTokens);
 static_assert(desc(HeadKernel::q5k_stream_tiled).max_tokens == kMaxTokens);
 static_assert(desc(HeadKernel::q4k_stream_tiled).max_tokens == kMaxTokens);
+static_assert(desc(HeadKernel::q6k_tiled_n).max_tokens == kMaxTokens);
 static_assert(desc(HeadKernel::generic).max_tokens == kGenericTokens);
 static_assert(desc(HeadKernel::llamacpp_tiled).max_tokens == kGenericTokens);
 static_assert(desc(HeadKernel::llamacpp_repack).max_tokens == kGenericTokens);
@@ -57,7 +58,8 @@ size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens) {
     case HeadKernel::q5k_stream_n:
     case HeadKernel::q5k_stream_n_tiled: return q5k_stream_n_smem(groups, tc);
     case HeadKernel::q5k_stream_tiled:
-    case HeadKernel::q4k_stream_tiled: return kquant_tiled_smem(groups, tc);
+    case HeadKernel::q4k_stream_tiled: return kquant_tiled_smem(groups, tc, false);
+    case HeadKernel::q6k_tiled_n: return kquant_tiled_smem(groups, tc, true);
     case HeadKernel::q5k_lanes: return q5k_lanes_smem(groups, tc);
     case HeadKernel::q5k_mma: {
       MmaConfig c;

@@ -36,6 +36,7 @@ enum class HeadKernel : uint8_t {
   q6k_stream_tiled,     // q6k_stream's with the tiled K-quant order (Q6_K)
   q5k_stream_tiled,     // the tiled order on the lanes stream layout: K = one sub-block (Q5_K)
   q4k_stream_tiled,     // ... on Q4_K's (kquant_tiled.cu)
+  q6k_tiled_n,          // ... on Q6_K's: tokens in N, K = one 16-element sub-block
 };
 
 constexpr HeadKernel kHeadKernels[] = {
@@ -43,7 +44,7 @@ constexpr HeadKernel kHeadKernels[] = {
     HeadKernel::q8_0_stream, HeadKernel::q5k_lanes, HeadKernel::q5k_mma,      HeadKernel::generic,
     HeadKernel::llamacpp_tiled, HeadKernel::llamacpp_repack, HeadKernel::llamacpp_float_vec, HeadKernel::llamacpp_float_sgemm,
     HeadKernel::q5k_stream_n_tiled, HeadKernel::q6k_stream_tiled, HeadKernel::q5k_stream_tiled,
-    HeadKernel::q4k_stream_tiled};
+    HeadKernel::q4k_stream_tiled, HeadKernel::q6k_tiled_n};
 
 // The device copies of a head (docs/cuda.md, "Device layouts").
 enum class HeadCopy : uint8_t {
@@ -97,6 +98,8 @@ constexpr KernelDesc kKernelDescs[] = {
      TensorType::Q5_K, HeadCopy::lanes, 16, false, {16, 12, 8}},
     {HeadKernel::q4k_stream_tiled, "q4k_stream_tiled", "int8 tensor cores, tokens in N, K = one sub-block, llama.cpp's tiled order",
      TensorType::Q4_K, HeadCopy::lanes, 16, false, {16, 12, 8}},
+    {HeadKernel::q6k_tiled_n, "q6k_tiled_n", "int8 tensor cores, tokens in N, K = one sub-block, llama.cpp's tiled order",
+     TensorType::Q6_K, HeadCopy::lanes, 16, false, {16, 12, 8}},
 };
 static_assert(std::size(kKernelDescs) == std::size(kHeadKernels));
 
@@ -110,7 +113,8 @@ constexpr bool reads_lanes_acts(HeadKernel k) { return k == HeadKernel::q5k_lane
 constexpr bool is_llamacpp_kernel(HeadKernel k) {
   return k == HeadKernel::llamacpp_tiled || k == HeadKernel::llamacpp_repack || k == HeadKernel::llamacpp_float_vec ||
          k == HeadKernel::llamacpp_float_sgemm || k == HeadKernel::q5k_stream_n_tiled ||
-         k == HeadKernel::q6k_stream_tiled || k == HeadKernel::q5k_stream_tiled || k == HeadKernel::q4k_stream_tiled;
+         k == HeadKernel::q6k_stream_tiled || k == HeadKernel::q5k_stream_tiled || k == HeadKernel::q4k_stream_tiled ||
+         k == HeadKernel::q6k_tiled_n;
 }
 // The kernels that compute the q8 and float routes of a head of type t (llama.cpp's orders are
 // chosen only through their own tables).
@@ -159,7 +163,11 @@ constexpr PlanRow kLlamaCppTiledQ4KPlan[] = {{1, 16, HeadKernel::q4k_stream_tile
 constexpr PlanRow kLlamaCppTiledQ5KPlan[] = {{1, 16, HeadKernel::q5k_stream_tiled, 16},
                                              {1, 16, HeadKernel::q5k_stream_n_tiled, 16},
                                              {1, 16, HeadKernel::llamacpp_tiled, 0}};
-constexpr PlanRow kLlamaCppTiledQ6KPlan[] = {{1, 16, HeadKernel::q6k_stream_tiled, 16},
+// At one token the passes kernel reads faster than the tokens-in-N one (performance.md, CUDA
+// attempt 41); from two tokens on, tokens in N.
+constexpr PlanRow kLlamaCppTiledQ6KPlan[] = {{1, 1, HeadKernel::q6k_stream_tiled, 16},
+                                             {2, 16, HeadKernel::q6k_tiled_n, 16},
+                                             {1, 16, HeadKernel::q6k_stream_tiled, 16},
                                              {1, 16, HeadKernel::llamacpp_tiled, 0}};
 constexpr PlanRow kLlamaCppRepackPlan[] = {{1, 16, HeadKernel::llamacpp_repack, 0}};
 constexpr PlanRow kLlamaCppFloatVecPlan[] = {{1, 16, HeadKernel::llamacpp_float_vec, 0}};

@@ -196,8 +196,14 @@ __device__ void stage_tokens(const HeadParams& p, uint32_t* s_act, int items) {
 
 // The two orders on the sub-blocks layout, as tokens_n.cuh's formats.
 struct SubblocksFormat {
-  static constexpr bool kQ4 = false;
+  using Item = lmhead::cuda::Item;
+  __device__ static void load(Item& it, const uint8_t* item, int lane) { load_item<false>(it, item, lane); }
   static constexpr int kItemBytes = stream::kItemBytes;
+  static constexpr int kSumVecs = 1;
+  template <int TTOT>
+  __device__ static void stage_sums(const HeadParams& p, const TokenSmem& s, int items) {
+    tokens_n::stage_token_sums<TTOT>(p, s, items);
+  }
   __device__ static const uint8_t* weights(const HeadParams& p) { return p.stream_n_weights; }
   template <int TTOT>
   __device__ static void stage_runs(const HeadParams& p, uint32_t* runs, int items) { stage_tokens<TTOT>(p, runs, items); }

@@ -45,21 +45,8 @@ struct Q6Smem : LaneRuns {
 template <bool kTiled>
 struct Q6Stream {
   static constexpr int kItemBytes = stream::kQ6ItemBytes;
-  struct Item {
-    uint4 w[3][2];  // [W0..3, W4..7, W8..11][row g, g + 8]
-    uint4 sc[2];
-    uint32_t d;     // f16 d of rows g (low half) and g + 8
-  };
-  __device__ static void load(Item& it, const uint8_t* item, int lane) {
-    const int g = lane >> 2;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int s = 0; s < 3; ++s) it.w[s][r] = ldg_once128(item + 1024 * s + 512 * r + 16 * lane);
-      it.sc[r] = ldg_header(item + stream::kQ6Scales + 16 * (g + 8 * r));
-    }
-    it.d = ldg_header32(item + stream::kQ6D + 4 * g);
-  }
+  using Item = Q6Item;
+  __device__ static void load(Item& it, const uint8_t* item, int lane) { load_q6_item(it, item, lane); }
   __host__ __device__ static size_t smem_bytes(int groups, int tt) {
     const size_t items = size_t(groups) * tt;
     return lane_runs_bytes(items) + items * (8 * 4 + 4);
@@ -114,13 +101,7 @@ struct Q6Stream {
         bs[t] = *reinterpret_cast<const uint2*>(act.bsp + item * 8 + 2 * q);
       }
       uint32_t w[2][12];
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int s = 0; s < 3; ++s) {
-          w[r][4 * s + 0] = it.w[s][r].x; w[r][4 * s + 1] = it.w[s][r].y;
-          w[r][4 * s + 2] = it.w[s][r].z; w[r][4 * s + 3] = it.w[s][r].w;
-        }
+      q6_item_words(it, w);
       int isum[TT][2][2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {

@@ -1,9 +1,8 @@
 #pragma once
 // Loading one 16-row item of a stream layout (stream_layout.hpp) into registers: every load is a
 // contiguous run of the warp (whole 128-byte lines), read once, so it skips L1; the 16-byte row
-// headers go through L1. The Q5_K / Q4_K item and the tile walk are here (q5k_stream.cu,
-// q5k_stream_n.cu); the Q6_K and Q8_0 items live with their kernels and use the
-// same load helpers.
+// headers go through L1. The Q5_K / Q4_K and Q6_K items and the tile walk are here; the Q8_0 item
+// lives with its kernel and uses the same load helpers.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -70,6 +69,37 @@ __device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lan
       it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
     }
   }
+}
+
+// One Q6_K item's registers for rows g and g + 8 (stream::transcode_tile_q6k): the twelve packed level
+// words per row, the row's sixteen signed scales, and the f16 d of both rows (q6k_stream.cu,
+// kquant_tiled.cu).
+struct Q6Item {
+  uint4 w[3][2];  // [W0..3, W4..7, W8..11][row g, g + 8]
+  uint4 sc[2];
+  uint32_t d;     // f16 d of rows g (low half) and g + 8
+};
+
+__device__ __forceinline__ void load_q6_item(Q6Item& it, const uint8_t* item, int lane) {
+  const int g = lane >> 2;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int s = 0; s < 3; ++s) it.w[s][r] = ldg_once128(item + 1024 * s + 512 * r + 16 * lane);
+    it.sc[r] = ldg_header(item + stream::kQ6Scales + 16 * (g + 8 * r));
+  }
+  it.d = ldg_header32(item + stream::kQ6D + 4 * g);
+}
+
+// The twelve level words of rows g, g + 8 (stream::q6_level_word decodes them).
+__device__ __forceinline__ void q6_item_words(const Q6Item& it, uint32_t (&w)[2][12]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int s = 0; s < 3; ++s) {
+      w[r][4 * s + 0] = it.w[s][r].x; w[r][4 * s + 1] = it.w[s][r].y;
+      w[r][4 * s + 2] = it.w[s][r].z; w[r][4 * s + 3] = it.w[s][r].w;
+    }
 }
 
 // A warp's walk over the items (tile, super-block) of a head: two static tiles per warp, then tiles

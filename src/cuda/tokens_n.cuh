@@ -6,15 +6,17 @@
 // arithmetic):
 //
 //   struct F {
-//     static constexpr bool kQ4;                                  // the item's levels (stream_item.cuh)
-//     static constexpr int kItemBytes, kLanes;                    // float accumulators per output
+//     using Item; static void load(Item&, const uint8_t* item, int lane);   // stream_item.cuh
+//     static constexpr int kItemBytes, kLanes;     // kLanes: float accumulators per output
+//     static constexpr int kSumVecs;               // 16-byte token sums per (super-block, token)
 //     static const uint8_t* weights(const HeadParams&);
 //     template <int TTOT> static void stage_runs(const HeadParams&, uint32_t* runs, int items);
+//     template <int TTOT> static void stage_sums(const HeadParams&, const TokenSmem&, int items);
 //     template <int NT> static void compute(const Item&, int sb, const TokenSmem&, int lane, Acc<NT, kLanes>&);
 //   };
 //
 // q5k_stream_n.cu: the sub-blocks layout in vec_dot's order and in llama.cpp's tiled order;
-// kquant_tiled.cu: the lanes layout in the tiled order (Q4_K, Q5_K).
+// kquant_tiled.cu: the lanes layout in the tiled order (Q4_K, Q5_K, Q6_K).
 #include <cuda_runtime.h>
 
 #include "cuda/device_common.cuh"
@@ -27,15 +29,15 @@ namespace lmhead::cuda::tokens_n {
 constexpr int kTileRows = 16;
 constexpr int kRunWords = 80;  // one token's 64 words of one super-block, padded for the banks
 
-// Shared memory: [G][TTOT][kRunWords] B runs, then [G][TTOT] sub-block sum pairs and y.d.
-inline size_t smem_bytes(int groups, int ttot) {
+// Shared memory: [G][TTOT][kRunWords] B runs, then [G][TTOT][sum_vecs] token sums and [G][TTOT] y.d.
+inline size_t smem_bytes(int groups, int ttot, int sum_vecs = 1) {
   const size_t items = size_t(groups) * ttot;
-  return items * (kRunWords * 4 + 16 + 4);
+  return items * (kRunWords * 4 + 16 * sum_vecs + 4);
 }
 
 struct TokenSmem {
   uint32_t* runs;  // [G][TTOT][kRunWords]
-  uint4* bsp;      // [G][TTOT] sub-block sums as int16 pairs (prep.cu)
+  uint4* bsp;      // [G][TTOT][kSumVecs]: Q4_K / Q5_K the sub-block sums as int16 pairs (prep.cu)
   float* yd;       // [G][TTOT]
 };
 
@@ -92,8 +94,8 @@ __device__ __forceinline__ void tiled_accumulate(const int (&s1)[NT][4], const K
     }
 }
 
-// y.d and the sub-block sum pairs of every (super-block, token slot); slots past T get zeros (their
-// columns are computed and dropped).
+// y.d and the sub-block sum pairs of every (super-block, token slot) (Q4_K, Q5_K; kSumVecs = 1);
+// slots past T get zeros (their columns are computed and dropped).
 template <int TTOT>
 __device__ void stage_token_sums(const HeadParams& p, const TokenSmem& s, int items) {
   for (int i = threadIdx.x; i < items; i += blockDim.x) {
@@ -156,7 +158,7 @@ __global__ void __launch_bounds__(NW * 32, 1) kernel(const HeadParams p) {
   TokenSmem s;
   s.runs = reinterpret_cast<uint32_t*>(smem);
   s.bsp = reinterpret_cast<uint4*>(s.runs + size_t(items) * kRunWords);
-  s.yd = reinterpret_cast<float*>(s.bsp + items);
+  s.yd = reinterpret_cast<float*>(s.bsp + size_t(items) * F::kSumVecs);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int total_warps = gridDim.x * NW;
@@ -164,13 +166,13 @@ __global__ void __launch_bounds__(NW * 32, 1) kernel(const HeadParams p) {
 
   // The first loads are issued before the wait for the prep kernel, which they do not depend on.
   ItemWalk walk(p, blockIdx.x * NW + warp, total_warps, lane);
-  Item buf[D];
+  typename F::Item buf[D];
   int buf_tile[D], buf_sb[D];
   auto load_next = [&](int d) {
     buf_tile[d] = walk.tile;
     buf_sb[d] = walk.sb;
     if (walk.done()) return;
-    load_item<F::kQ4>(buf[d], weights + (int64_t(walk.tile) * G + walk.sb) * F::kItemBytes, lane);
+    F::load(buf[d], weights + (int64_t(walk.tile) * G + walk.sb) * F::kItemBytes, lane);
     walk.step(p, lane);
   };
 #pragma unroll
@@ -178,7 +180,7 @@ __global__ void __launch_bounds__(NW * 32, 1) kernel(const HeadParams p) {
 
   pdl_wait();
   F::template stage_runs<TTOT>(p, s.runs, items);
-  stage_token_sums<TTOT>(p, s, items);
+  F::template stage_sums<TTOT>(p, s, items);
   __syncthreads();
 
   PartialBest best[NT][2];
@@ -219,7 +221,8 @@ __global__ void __launch_bounds__(NW * 32, 1) kernel(const HeadParams p) {
 
 template <class F, int NT, int NW, int D>
 void launch(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
-  launch_head_kernel<kernel<F, NT, NW, D>>(dim3(num_sms), dim3(NW * 32), smem_bytes(p.groups, 8 * NT), pdl, stream, p);
+  launch_head_kernel<kernel<F, NT, NW, D>>(dim3(num_sms), dim3(NW * 32), smem_bytes(p.groups, 8 * NT, F::kSumVecs), pdl,
+                                           stream, p);
 }
 
 // The tiled order's configurations: one token tile for T <= 8, two above; `warps` 16, 12 or 8 with 2,
