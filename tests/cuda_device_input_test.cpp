@@ -38,7 +38,7 @@ bool have_gpu() {
   return false;
 }
 
-void expect_same_run(const RunResult& want, const RunResult& got, const std::string& what) {
+[[maybe_unused]] void expect_same_run(const RunResult& want, const RunResult& got, const std::string& what) {
   SCOPED_TRACE(what);
   ASSERT_EQ(want.choices.size(), got.choices.size());
   for (size_t t = 0; t < want.choices.size(); ++t) {

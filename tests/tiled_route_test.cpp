@@ -115,7 +115,8 @@ TEST_P(TiledRoute, BatchInvariantAndTheSameBytesOnEveryBackend) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadTypes, TiledRoute, ::testing::Values("q4_K", "q5_K", "q6_K", "q8_0"));
+INSTANTIATE_TEST_SUITE_P(HeadTypes, TiledRoute, ::testing::Values("q4_K", "q5_K", "q6_K", "q8_0"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 TEST(TiledRouteOptions, NeedsQuantizedActivationsAndParsesByName) {
   TempDir dir;
