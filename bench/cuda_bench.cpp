@@ -539,28 +539,23 @@ int main(int argc, char** argv) {
                         fast_kernel.c_str(),
                         cuda::kernel_name(cuda::last_call(*b).kernel), diff, fast.logits.size());
           }
-          // Q6_K: the tokens-in-N kernel against the passes-of-4 one (the table's second row).
-          for (cuda::HeadKernel k : {cuda::HeadKernel::q6k_stream_tiled}) {
-            if (type != TensorType::Q6_K) break;
-            cuda::Tuning w = cuda::force_kernel(k, 16);
-            w.hooks = best.hooks;
-            cuda::set_tuning(*b, w);
-            for (int T : {1, 2, 4}) {
+          auto time_tiled = [&](std::initializer_list<int> token_counts) {
+            for (int T : token_counts) {
               const Timing tm = time_forward(*b, T, runs, tr);
               const double gbps = ob / (tm.wall_ms * 1e6);
               std::printf("ratio %.3f | %s T=%-2d route tiled | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n",
                           gbps / ceiling, name.c_str(), T, tm.wall_ms, ob, gbps, ceiling,
                           cuda::kernel_name(cuda::last_call(*b).kernel));
             }
+          };
+          if (type == TensorType::Q6_K) {  // the passes-of-4 kernel (the table's T = 1 row) beside tokens in N
+            cuda::Tuning w = cuda::force_kernel(cuda::HeadKernel::q6k_stream_tiled, 16);
+            w.hooks = best.hooks;
+            cuda::set_tuning(*b, w);
+            time_tiled({1, 2, 4});
           }
           cuda::set_tuning(*b, best);
-          for (int T : {1, 2, 4, 8, 16}) {
-            const Timing tm = time_forward(*b, T, runs, tr);
-            const double gbps = ob / (tm.wall_ms * 1e6);
-            std::printf("ratio %.3f | %s T=%-2d route tiled | %.4f ms | %.0f B | %.1f GB/s | ceiling %.1f GB/s | %s\n",
-                        gbps / ceiling, name.c_str(), T, tm.wall_ms, ob, gbps, ceiling,
-                        cuda::kernel_name(cuda::last_call(*b).kernel));
-          }
+          time_tiled({1, 2, 4, 8, 16});
         }
         cuda::set_tuning(*b, best);
         for (int T : {1, 2, 4, 8, 16}) {
