@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -431,22 +432,14 @@ int main(int argc, char** argv) {
             std::printf("check route tiled T=%d: %s vs %s capped logits: %zu of %zu differ\n", T, fast_kernel.c_str(),
                         cuda::kernel_name(cuda::last_call(*gpu).kernel), diff, a.logits.size());
           }
-        // K = one sub-block on the lanes layout (both copies held), 16 warps x 2 buffers.
-        {
-          cuda::Tuning w = cuda::force_kernel(cuda::HeadKernel::q5k_stream_tiled, 16);
-          w.hooks = best.hooks;
-          cuda::set_tuning(*gpu, w);
-          for (int T : {1, 2, 3, 4, 5, 8, 16}) {
-            const Timing tm = time_forward(*gpu, T, runs, tr);
-            const double gbps = bytes / (tm.wall_ms * 1e6);
-            std::printf("ratio %.3f | T=%-2d route tiled | 16 warps | %.4f ms (gpu %.4f ms) | %.0f B | %.1f GB/s | ceiling "
-                        "%.1f GB/s | %s\n",
-                        gbps / ceiling, T, tm.wall_ms, tm.gpu_ms, bytes, gbps, ceiling,
-                        cuda::kernel_name(cuda::last_call(*gpu).kernel));
-          }
-        }
-        for (int warps : {16, 12, 8}) {
-          cuda::Tuning w = cuda::force_kernel(cuda::HeadKernel::q5k_stream_n_tiled, warps);
+        // K = one sub-block on the lanes layout (both copies held) at 16 warps x 2 buffers, then the
+        // sub-blocks layout's kernel at each of its warp counts.
+        const std::pair<cuda::HeadKernel, int> tiled_kernels[] = {{cuda::HeadKernel::q5k_stream_tiled, 16},
+                                                                  {cuda::HeadKernel::q5k_stream_n_tiled, 16},
+                                                                  {cuda::HeadKernel::q5k_stream_n_tiled, 12},
+                                                                  {cuda::HeadKernel::q5k_stream_n_tiled, 8}};
+        for (const auto& [kernel, warps] : tiled_kernels) {
+          cuda::Tuning w = cuda::force_kernel(kernel, warps);
           w.hooks = best.hooks;
           cuda::set_tuning(*gpu, w);
           for (int T : {1, 2, 3, 4, 5, 8, 16}) {
