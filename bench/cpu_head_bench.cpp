@@ -178,12 +178,13 @@ void BM_ReadCeiling(benchmark::State& state) {
 BENCHMARK(BM_ReadCeiling)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 // One tile kernel, one thread, over 64 rows (L2-resident): the compute cost per 256 elements and
-// token, with no DRAM in the way. Arguments: type, tokens, route (0 q8, 1 f32), instruction-set
-// limit (1 avx2, 2 avx512).
+// token, with no DRAM in the way. Arguments: type, tokens, route (0 q8, 1 f32, 2 route tiled: q8
+// activations in llama.cpp's tiled K-quant order), instruction-set limit (1 avx2, 2 avx512).
 void BM_Kernel(benchmark::State& state) {
   const auto type = TensorType(state.range(0));
   const int tokens = int(state.range(1));
-  const bool q8 = state.range(2) == 0;
+  const bool tiled = state.range(2) == 2;
+  const bool q8 = state.range(2) != 1;
   const Isa limit = Isa(state.range(3));
   if (!cpu_supports(limit)) {
     state.SkipWithError("this CPU lacks the instruction set");
@@ -199,7 +200,8 @@ void BM_Kernel(benchmark::State& state) {
   const std::vector<float> x = random_hidden(tokens, hidden);
   for (int t = 0; t < tokens; ++t) quant::quantize_activations(fmt, x.data() + t * hidden, hidden, acts.data() + t * stride);
   const KernelSet ks = kernels_for(type, limit);
-  const TileKernel kernel = q8 ? ks.q8 : ks.f32;
+  const TileKernel kernel =
+      tiled ? llamacpp_kernel(quant::LlamaCppPath::tiled_kquant, type, limit) : q8 ? ks.q8 : ks.f32;
   std::vector<float> out(size_t(rows) * tokens);
   void* scratch = std::aligned_alloc(64, (kernel_scratch_bytes(hidden) + 63) / 64 * 64);
   for (auto _ : state) {
@@ -212,16 +214,19 @@ void BM_Kernel(benchmark::State& state) {
   state.counters["ns_per_256_elements_and_token"] = benchmark::Counter(
       double(state.iterations()) * double(rows) * double(hidden / 256) * tokens,
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-  state.SetLabel(std::string(tensor_type_name(type)) + (q8 ? " q8 " : " f32 ") + isa_name(q8 ? ks.q8_isa : ks.f32_isa));
+  state.SetLabel(std::string(tensor_type_name(type)) + (tiled ? " tiled " : q8 ? " q8 " : " f32 ") +
+                 isa_name(q8 ? ks.q8_isa : ks.f32_isa));
 }
 BENCHMARK(BM_Kernel)
     ->ArgsProduct({{int(TensorType::Q5_K)}, {1, 2, 4, 8, 16}, {0}, {int(Isa::avx2), int(Isa::avx512)}});
 BENCHMARK(BM_Kernel)
     ->ArgsProduct({{int(TensorType::Q4_K), int(TensorType::Q6_K), int(TensorType::Q8_0), int(TensorType::F16)},
-                   {1, 16},
+                   {1, 4, 16},
                    {0},
                    {int(Isa::avx2)}});
 BENCHMARK(BM_Kernel)->ArgsProduct({{int(TensorType::Q5_K)}, {1, 16}, {1}, {int(Isa::avx2)}});
+BENCHMARK(BM_Kernel)->ArgsProduct(
+    {{int(TensorType::Q4_K), int(TensorType::Q5_K), int(TensorType::Q6_K)}, {1, 4, 16}, {2}, {int(Isa::avx2)}});
 
 }  // namespace
 }  // namespace lmhead::cpu

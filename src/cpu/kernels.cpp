@@ -122,10 +122,11 @@ TileKernel llamacpp_kernel(quant::LlamaCppPath path, TensorType type, Isa limit)
 
 size_t kernel_scratch_bytes(int64_t hidden) {
   // The largest of: four rows decoded to f32 plus every token's activations converted to f32 (the
-  // float kernels); one unpacked K-quant row (576 B per super-block) plus the prepared token-side
-  // values (at most 320 B per super-block and token). Plus slack for alignment.
+  // float kernels); the K-quant kernels' token-side values (at most 128 B per super-block and group
+  // of four tokens; the AVX-512 kernel's are larger per group, at most 320 B per super-block and
+  // token). Plus slack for alignment.
   const size_t floats = size_t(hidden) * sizeof(float) * (4 + kMaxKernelTokens);
-  const size_t kquant = size_t((hidden + 255) / 256) * (576 + 320 * kMaxKernelTokens);
+  const size_t kquant = size_t((hidden + 255) / 256) * 320 * kMaxKernelTokens;
   return std::max({floats, kquant, quant::llamacpp_unpacked_bytes(hidden)}) + 4096;
 }
 

@@ -75,7 +75,8 @@ struct KernelSet {
 // at that level fall back to scalar.
 KernelSet kernels_for(TensorType type, Isa limit);
 
-// ---- SIMD implementations (one file per head type, each compiled for its instruction set) ----
+// ---- SIMD implementations (one file per head type or order, each compiled for its instruction set;
+// the K-quants share one decode: kquant_avx2.hpp) ----
 namespace avx2 {
 void q5_K_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);
 void q4_K_q8(const HeadTile&, const TokenActs&, const RawOut&, void* scratch);

@@ -2,11 +2,13 @@
 // The K-quant (Q4_K, Q5_K, Q6_K) x Q8_K kernels' shared machinery, AVX2. Include only from
 // *_avx2.cpp files (everything has internal linkage).
 //
-// Batch structure: a row is unpacked once per call into a scratch in L1 (per super-block: eight
-// vectors of levels, eight vectors of per-sub-block scales, the mins or the offset correction, and
-// the two f16 factors), then every token streams over it, four tokens at a time with their
-// accumulators in registers. The float operations per (row, token) are exactly the scalar
-// reference's in quant/vec_dot.cpp, so a token's bytes never depend on the batch it is in.
+// Structure: per super-block the levels are decoded into registers, chunk by chunk, and used at
+// once for a group of up to four tokens (superblock_lanes); the row is re-read from L1 for the next
+// group, so nothing decoded is ever stored (decoding whole rows into an L1 scratch first was slower
+// at every T: docs/performance.md, CPU, attempts 9 and 12). What follows the integer lanes is the
+// order's: vec_dot's eight float lanes (kquant_vec_dot_avx2.cpp) or llama.cpp's tiled sums
+// (tiled_avx2.cpp), each exactly its scalar reference's float operations per (row, token), so a
+// token's bytes never depend on the batch it is in.
 //
 // Integer lane sums are exact in any order (numerics.md §5); what each float lane receives is not:
 // - Q4_K / Q5_K: levels are unsigned (0..15 / 0..31): maddubs(level, q8) then madd with the
@@ -20,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/kernels.hpp"
 #include "cpu/simd_avx2.hpp"
@@ -32,16 +35,6 @@ enum class KQuant { q4_K, q5_K, q6_K };
 template <KQuant K>
 constexpr int kBlockBytesOf = K == KQuant::q4_K ? 144 : K == KQuant::q5_K ? 176 : 210;
 
-// One super-block of a row, unpacked for every token.
-struct alignas(32) UnpackedK {
-  __m256i levels[8];  // sub-block j (32 elements) in element order, unsigned
-  __m256i scales[8];  // int16 scale of each element pair of sub-block j
-  __m256i extra;      // Q4/Q5: mins m[0..7] as int16 in both halves; Q6: 32 * scales[0..15] as int16
-  float d, dmin;
-  float pad[6];
-};
-static_assert(sizeof(UnpackedK) == 576, "kernel_scratch_bytes counts 576 B per unpacked super-block");
-
 // Moves bit J of every byte of qh to bit 4 (0x10) and clears the rest. A 16-bit shift by at most 4
 // to the left or 3 to the right never carries a bit into another byte's bit 4.
 template <int J>
@@ -53,7 +46,8 @@ inline __m256i q5_high_bit(__m256i qh) {
     return _mm256_and_si256(_mm256_srli_epi16(qh, J - 4), bit4);
 }
 
-// The eight level vectors of a Q4_K (16-byte offset of qs) or Q5_K (qh at 16, qs at 48) block.
+// The eight level vectors of a Q4_K (16-byte offset of qs) or Q5_K (qh at 16, qs at 48) block (the
+// f32 route's decode).
 template <KQuant K>
 inline void unpack_levels_q45(const uint8_t* block, __m256i q[8]) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -85,7 +79,7 @@ inline void unpack_levels_q45(const uint8_t* block, __m256i q[8]) {
 
 // Q6_K (numerics.md §3): 32-element chunk c = 4n + r takes the low (r = 0, 1) or high (r = 2, 3)
 // nibble of ql[64n + 32 (r & 1) + l] and bits 2r, 2r+1 of qh[32n + l]: the unsigned level u
-// (the offset 32 is taken off per lane, from the bsums, in dot_unpacked).
+// (the f32 route's decode; superblock_lanes decodes the same way chunk by chunk).
 inline void unpack_levels_q6(const uint8_t* block, __m256i q[8]) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x30);
   for (int n = 0; n < 2; ++n) {
@@ -101,183 +95,158 @@ inline void unpack_levels_q6(const uint8_t* block, __m256i q[8]) {
   }
 }
 
-template <KQuant K>
-inline void unpack_block(const uint8_t* x, UnpackedK& u) {
-  if constexpr (K == KQuant::q6_K) {
-    unpack_levels_q6(x, u.levels);
-    // Chunk c: element pairs 0..7 take scales[2c], pairs 8..15 take scales[2c + 1] (int8, signed).
-    const __m128i sc = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + 192)));  // scales 0..7
-    const __m128i sc_hi = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + 200)));
-    const __m256i all_lo = _mm256_broadcastsi128_si256(sc), all_hi = _mm256_broadcastsi128_si256(sc_hi);
-    for (int c = 0; c < 8; ++c) {
-      const __m256i src = c < 4 ? all_lo : all_hi;
-      const int a = (2 * c) & 7, b = (2 * c + 1) & 7;  // int16 lanes of scales[2c], scales[2c+1]
-      const __m256i pick = _mm256_setr_epi8(
-          2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * a, 2 * a + 1,
-          2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1,
-          2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1);
-      u.scales[c] = _mm256_shuffle_epi8(src, pick);
-    }
-    // 32 * scale fits int16 (|.| <= 4096), so the offset's factor costs nothing per token.
-    u.extra = _mm256_slli_epi16(_mm256_set_m128i(sc_hi, sc), 5);
-    u.d = f16_at(x + 208);
-    u.dmin = 0.0f;
-  } else {
-    unpack_levels_q45<K>(x, u.levels);
-    const __m128i sm = k_scales_mins(x + 4);
-    const __m256i pairs = scale_pairs(sm);
-    for (int j = 0; j < 8; ++j) u.scales[j] = broadcast_pair(pairs, j);
-    u.extra = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
-    u.d = f16_at(x);
-    u.dmin = f16_at(x + 2);
+// Q6_K's scale vector of 32-element chunk c: scales[2c] on element pairs 0..7, scales[2c + 1] on
+// 8..15 (src: the row's int16 scales 0..7, or 8..15 for c >= 4, in both halves).
+template <int C>
+inline __m256i q6_chunk_scales(__m256i src) {
+  constexpr char a = char(2 * ((2 * C) & 7)), b = char(2 * ((2 * C + 1) & 7));
+  return _mm256_shuffle_epi8(src, _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a,
+                                                   a + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b,
+                                                   b + 1, b, b + 1));
+}
+
+// isum[g] += madd(maddubs(level, q8 of token g at byte `at`), scale), g < G.
+template <int G>
+inline void sub_block(__m256i level, __m256i scale, const uint8_t* const* y, size_t at, __m256i* isum) {
+  for (int g = 0; g < G; ++g) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[g] + at));
+    isum[g] = _mm256_add_epi32(isum[g], _mm256_madd_epi16(_mm256_maddubs_epi16(level, a), scale));
+    keep_in_register(isum[g]);
   }
 }
 
-template <KQuant K>
-inline void unpack_row(const uint8_t* row, int64_t nb, UnpackedK* u) {
-  for (int64_t i = 0; i < nb; ++i) unpack_block<K>(row + i * kBlockBytesOf<K>, u[i]);
-}
-
-// Token-side values, per super-block i and token t (tokens padded to a multiple of 8 with zeros,
-// so eight tokens load as one vector): y.d, -y.d, the bsum pairs as int32 words
-// (bsums[4p] + bsums[4p+1]) | (bsums[4p+2] + bsums[4p+3]) << 16 for p = 0..3, the quants
-// copied 32-byte aligned, and (Q6_K) the sixteen bsums themselves, 32-byte aligned.
-struct PreparedTokens {
-  int tpad = 0;
-  float* yd = nullptr;        // [nb][tpad]
-  float* neg_yd = nullptr;    // [nb][tpad]
-  int32_t* pairs = nullptr;   // [nb][4][tpad]
-  uint8_t* qs = nullptr;      // [tokens][nb][256]
-  int16_t* bsums = nullptr;   // Q6_K: [tokens][nb][16]
+// What a super-block's header gives the float steps: dd = [f32(d), f32(dmin), 0, 0] (Q6_K: [f32(d),
+// 0, ..]) and, for Q4_K / Q5_K, the scales and mins as 16 bytes (sc[0..7], m[0..7]).
+struct KHeader {
+  __m128 dd;
+  __m128i sm;
 };
 
-template <KQuant K>
-PreparedTokens prepare_tokens(const TokenActs& acts, int64_t nb, uint8_t* mem) {
-  PreparedTokens p;
-  p.tpad = (acts.tokens + 7) / 8 * 8;
-  const size_t cells = size_t(nb) * p.tpad;
-  p.pairs = reinterpret_cast<int32_t*>(mem);
-  p.yd = reinterpret_cast<float*>(p.pairs + 4 * cells);
-  p.neg_yd = p.yd + cells;
-  p.qs = reinterpret_cast<uint8_t*>(p.neg_yd + cells);
-  p.bsums = reinterpret_cast<int16_t*>(p.qs + size_t(acts.tokens) * nb * 256);
-  for (int64_t i = 0; i < nb; ++i)
-    for (int t = 0; t < p.tpad; ++t) {
-      const size_t c = size_t(i) * p.tpad + t;
-      alignas(16) int32_t words[4] = {0, 0, 0, 0};
-      if (t < acts.tokens) {
-        const uint8_t* y = acts.data + size_t(t) * acts.stride + i * kQ8KBytes;
-        p.yd[c] = q8k_d(y);
-        p.neg_yd[c] = -q8k_d(y);
-        _mm_store_si128(reinterpret_cast<__m128i*>(words), bsum_pairs(y));
-        uint8_t* dst = p.qs + (size_t(t) * nb + i) * 256;
-        for (int j = 0; j < 8; ++j) {
-          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + kQ8KQsAt + 32 * j));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32 * j), q);
-        }
-        if constexpr (K == KQuant::q6_K)
-          _mm256_store_si256(reinterpret_cast<__m256i*>(p.bsums + (size_t(t) * nb + i) * 16),
-                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + kQ8KBsumsAt)));
-      } else {
-        p.yd[c] = 0.0f;
-        p.neg_yd[c] = 0.0f;
-      }
-      for (int q = 0; q < 4; ++q) p.pairs[(size_t(i) * 4 + q) * p.tpad + t] = words[q];
-    }
-  return p;
-}
-
-// The mins terms of Q4_K / Q5_K for every token of the call, tokens in the lanes (eight per
-// vector): imin for the sub-block pair q of token t is the int32 lane t of
-// madd([bsum pair words of t], [m[2q], m[2q+1]]). Per super-block in order, lane by lane:
-//   Q5_K: summs = fma(dm, float(sum over q of imin_q), summs)
-//   Q4_K: acc_m[q] = fma(dm, float(imin_q), acc_m[q]), then (m0 + m2) + (m1 + m3)
-// with dm = (-y.d) * f32(dmin): the reference's single roundings, token by token.
-template <KQuant K>
-void mins_terms(const UnpackedK* u, int64_t nb, const PreparedTokens& p, float* out) {
-  for (int t0 = 0; t0 < p.tpad; t0 += 8) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t i = 0; i < nb; ++i) {
-      const int32_t* m = reinterpret_cast<const int32_t*>(&u[i].extra);  // m[2q] | m[2q+1] << 16
-      const int32_t* words = p.pairs + size_t(i) * 4 * p.tpad + t0;
-      const __m256 dm = _mm256_mul_ps(_mm256_loadu_ps(p.neg_yd + size_t(i) * p.tpad + t0), _mm256_broadcast_ss(&u[i].dmin));
-      __m256i imin[4];
-      for (int q = 0; q < 4; ++q)
-        imin[q] = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + q * p.tpad)),
-                                    _mm256_set1_epi32(m[q]));
-      if constexpr (K == KQuant::q5_K) {
-        const __m256i all = _mm256_add_epi32(_mm256_add_epi32(imin[0], imin[1]), _mm256_add_epi32(imin[2], imin[3]));
-        acc[0] = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(all), acc[0]);
-      } else {
-        for (int q = 0; q < 4; ++q) acc[q] = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(imin[q]), acc[q]);
-      }
-    }
-    const __m256 sum = K == KQuant::q5_K
-        ? acc[0]
-        : _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
-    _mm256_storeu_ps(out + t0, sum);
-  }
-}
-
-// Tokens t0 .. t0+G-1 (G = 1..4) against one unpacked row: the main lanes, reduced.
+// One super-block x of a row against tokens 0 .. G-1 (token g's Q8_K blocks at y[g], this
+// super-block's at byte blk): the eight int32 lanes of numerics.md §5 / §5b per token, exact. Lane k
+// gets elements 4k .. 4k + 3 of every 32-element chunk times the chunk's scale (Q6_K: the scale of
+// its 16-element half), less (Q6_K) lane k's share of the 32 offset, 32 * (sc[2k] bsums[2k] +
+// sc[2k + 1] bsums[2k + 1]). The levels are decoded into registers chunk by chunk and used at once
+// for every token of the group, so nothing is stored.
 template <KQuant K, int G>
-void dot_unpacked(const UnpackedK* u, int64_t nb, const PreparedTokens& p, int t0, float* result) {
-  const uint8_t* qs[G];
-  for (int g = 0; g < G; ++g) qs[g] = p.qs + size_t(t0 + g) * nb * 256;
-  __m256 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    __m256i isum[G];
-    for (int g = 0; g < G; ++g) isum[g] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-      const __m256i w = _mm256_load_si256(&u[i].levels[j]);
-      const __m256i s = _mm256_load_si256(&u[i].scales[j]);
-      for (int g = 0; g < G; ++g) {
-        const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(qs[g] + i * 256 + 32 * j));
-        isum[g] = _mm256_add_epi32(isum[g], _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), s));
-        keep_in_register(isum[g]);
-      }
+inline KHeader superblock_lanes(const uint8_t* x, const uint8_t* const* y, size_t blk, __m256i* isum) {
+  for (int l = 0; l < (kBlockBytesOf<K> + 63) / 64; ++l)
+    _mm_prefetch(reinterpret_cast<const char*>(x + kPrefetchAhead + 64 * l), _MM_HINT_T0);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int g = 0; g < G; ++g) isum[g] = _mm256_setzero_si256();
+  KHeader h;
+  h.sm = _mm_setzero_si128();
+  if constexpr (K == KQuant::q6_K) {
+    // Unsigned levels u = code (0..63): 2 * 63 * 128 fits maddubs' int16; the offset below.
+    const __m128i sc = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + 192)));
+    const __m128i sc_hi = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + 200)));
+    const __m256i all_lo = _mm256_broadcastsi128_si256(sc), all_hi = _mm256_broadcastsi128_si256(sc_hi);
+    const __m256i two = _mm256_set1_epi8(0x30);
+#define LMHEAD_Q6_HALF(N, SRC)                                                                                     \
+    {                                                                                                              \
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * (N)));                       \
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * (N) + 32));                  \
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 128 + 32 * (N)));                 \
+      sub_block<G>(_mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), two)),   \
+                   q6_chunk_scales<4 * (N) + 0>(SRC), y, blk + kQ8KQsAt + 32 * (4 * (N) + 0), isum);               \
+      sub_block<G>(_mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), two)),   \
+                   q6_chunk_scales<4 * (N) + 1>(SRC), y, blk + kQ8KQsAt + 32 * (4 * (N) + 1), isum);               \
+      sub_block<G>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(hb, two)),   \
+                   q6_chunk_scales<4 * (N) + 2>(SRC), y, blk + kQ8KQsAt + 32 * (4 * (N) + 2), isum);               \
+      sub_block<G>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),                               \
+                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), two)),                                \
+                   q6_chunk_scales<4 * (N) + 3>(SRC), y, blk + kQ8KQsAt + 32 * (4 * (N) + 3), isum);               \
     }
-    const float* yd = p.yd + size_t(i) * p.tpad + t0;
-    const __m256 d = _mm256_broadcast_ss(&u[i].d);
+    LMHEAD_Q6_HALF(0, all_lo) LMHEAD_Q6_HALF(1, all_hi)
+#undef LMHEAD_Q6_HALF
+    // 32 * scale fits int16 (|.| <= 4096), so the offset's factor costs nothing per token.
+    const __m256i sc32 = _mm256_slli_epi16(_mm256_set_m128i(sc_hi, sc), 5);
     for (int g = 0; g < G; ++g) {
-      if constexpr (K == KQuant::q6_K) {
-        const __m256i bs = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.bsums + (size_t(t0 + g) * nb + i) * 16));
-        isum[g] = _mm256_sub_epi32(isum[g], _mm256_madd_epi16(bs, u[i].extra));
-      }
-      const __m256 dq = _mm256_mul_ps(_mm256_broadcast_ss(yd + g), d);
-      acc[g] = _mm256_fmadd_ps(dq, _mm256_cvtepi32_ps(isum[g]), acc[g]);
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[g] + blk + kQ8KBsumsAt));
+      isum[g] = _mm256_sub_epi32(isum[g], _mm256_madd_epi16(bs, sc32));
     }
+    uint16_t dbits;
+    std::memcpy(&dbits, x + 208, 2);
+    h.dd = _mm_cvtph_ps(_mm_cvtsi32_si128(int(dbits)));
+  } else {
+    h.sm = k_scales_mins_vec(x + 4);
+    const __m256i pairs = scale_pairs(h.sm);
+    const uint8_t* qs = x + (K == KQuant::q5_K ? 48 : 16);
+    [[maybe_unused]] __m256i qh;
+    if constexpr (K == KQuant::q5_K) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16));
+#define LMHEAD_K_SUB(J, NIBBLE)                                                                                    \
+    {                                                                                                              \
+      __m256i level = NIBBLE;                                                                                      \
+      if constexpr (K == KQuant::q5_K) level = _mm256_or_si256(level, q5_high_bit<J>(qh));                         \
+      sub_block<G>(level, broadcast_pair(pairs, J), y, blk + kQ8KQsAt + 32 * (J), isum);                           \
+    }
+#define LMHEAD_K_PAIR(P)                                                                                           \
+    {                                                                                                              \
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (P)));                       \
+      LMHEAD_K_SUB(2 * (P), _mm256_and_si256(b, low4))                                                             \
+      LMHEAD_K_SUB(2 * (P) + 1, _mm256_and_si256(_mm256_srli_epi16(b, 4), low4))                                   \
+    }
+    LMHEAD_K_PAIR(0) LMHEAD_K_PAIR(1) LMHEAD_K_PAIR(2) LMHEAD_K_PAIR(3)
+#undef LMHEAD_K_PAIR
+#undef LMHEAD_K_SUB
+    uint32_t dd_bits;
+    std::memcpy(&dd_bits, x, 4);
+    h.dd = _mm_cvtph_ps(_mm_cvtsi32_si128(int(dd_bits)));
   }
-  for (int g = 0; g < G; ++g) result[g] = reduce_lanes(acc[g]);
+  return h;
 }
 
-// The whole tile: rows unpacked one at a time, tokens in groups of four.
-template <KQuant K>
-void kquant_tile(const HeadTile& tile, const TokenActs& acts, const RawOut& out, void* scratch) {
+// Token-side values for a group of four tokens and one super-block (missing tokens zero): the
+// bsum pairs bsums[2j] + bsums[2j + 1] (j = 0..7, int16; Q4_K / Q5_K mins), y.d and -y.d.
+struct alignas(16) KTokens {  // 96 bytes: kernel_scratch_bytes allows more per group and super-block
+  __m128i pairs[4];
+  float yd[4];
+  float neg_yd[4];
+};
+
+inline void prepare_k_tokens(const TokenActs& acts, int64_t nb, KTokens* cells) {
+  for (int t0 = 0; t0 < acts.tokens; t0 += 4)
+    for (int64_t i = 0; i < nb; ++i) {
+      KTokens& cell = cells[(t0 / 4) * nb + i];
+      for (int k = 0; k < 4; ++k) {
+        if (t0 + k < acts.tokens) {
+          const uint8_t* y = acts.data + size_t(t0 + k) * acts.stride + i * kQ8KBytes;
+          cell.pairs[k] = bsum_pairs(y);
+          cell.yd[k] = q8k_d(y);
+          cell.neg_yd[k] = -q8k_d(y);
+        } else {
+          cell.pairs[k] = _mm_setzero_si128();
+          cell.yd[k] = 0.0f;
+          cell.neg_yd[k] = 0.0f;
+        }
+      }
+    }
+}
+
+// A whole tile in groups of up to four tokens: Order::template group<G>(row, y, cells, nb, result)
+// computes tokens 0 .. G-1 of a group (y[g]: token g's activation blocks, cells: the group's
+// KTokens per super-block) against one row. Each super-block is decoded once per group; the row is
+// re-read from L1 for the next group.
+template <class Order>
+void k_tile(const HeadTile& tile, const TokenActs& acts, const RawOut& out, void* scratch) {
   const int64_t nb = tile.hidden / 256;
-  UnpackedK* u = static_cast<UnpackedK*>(scratch);
-  const PreparedTokens p = prepare_tokens<K>(acts, nb, static_cast<uint8_t*>(scratch) + nb * sizeof(UnpackedK));
-  alignas(32) float mins[kMaxKernelTokens];
+  KTokens* tok = static_cast<KTokens*>(scratch);
+  prepare_k_tokens(acts, nb, tok);
   for (int64_t r = 0; r < tile.count; ++r) {
-    unpack_row<K>(tile.rows + r * tile.row_bytes, nb, u);
-    // The tokens below take long enough for the next row to arrive from DRAM meanwhile; without
-    // this the next unpack stalls on every line (a fifth of the batch path's time).
-    prefetch_bytes(tile.rows + (r + 1) * tile.row_bytes, tile.row_bytes);
-    if constexpr (K != KQuant::q6_K) mins_terms<K>(u, nb, p, mins);
+    const uint8_t* row = tile.rows + r * tile.row_bytes;
     for (int t0 = 0; t0 < acts.tokens; t0 += 4) {
       const int g = acts.tokens - t0 < 4 ? acts.tokens - t0 : 4;
+      const uint8_t* y[4];
+      for (int k = 0; k < g; ++k) y[k] = acts.data + size_t(t0 + k) * acts.stride;
+      const KTokens* cells = tok + (t0 / 4) * nb;
       float result[4];
       switch (g) {
-        case 1: dot_unpacked<K, 1>(u, nb, p, t0, result); break;
-        case 2: dot_unpacked<K, 2>(u, nb, p, t0, result); break;
-        case 3: dot_unpacked<K, 3>(u, nb, p, t0, result); break;
-        default: dot_unpacked<K, 4>(u, nb, p, t0, result); break;
+        case 1: Order::template group<1>(row, y, cells, nb, result); break;
+        case 2: Order::template group<2>(row, y, cells, nb, result); break;
+        case 3: Order::template group<3>(row, y, cells, nb, result); break;
+        default: Order::template group<4>(row, y, cells, nb, result); break;
       }
-      // The reference's last addition: main lanes reduced, plus the mins term.
-      for (int k = 0; k < g; ++k)
-        out.data[size_t(t0 + k) * out.stride + r] = K == KQuant::q6_K ? result[k] : result[k] + mins[t0 + k];
+      for (int k = 0; k < g; ++k) out.data[size_t(t0 + k) * out.stride + r] = result[k];
     }
   }
 }
