@@ -154,11 +154,11 @@ size_t q5k_tma_smem(int groups, int tokens);
 // llamacpp_tiled: llama.cpp's tiled K-quant order instead of vec_dot's (12 warps, 8 above 8 tokens).
 void launch_q5k_stream_n(const HeadParams& p, int warps, bool llamacpp_tiled, bool pdl, int num_sms,
                          cudaStream_t stream);
-size_t q5k_stream_n_smem(int groups, int tokens);
+size_t q5k_stream_n_smem(int groups, int tokens, bool llamacpp_tiled);
 // Q4_K, Q5_K or Q6_K in llama.cpp's tiled K-quant order from the lanes stream layout, tokens in the
 // MMA's N, K = one sub-block (see kquant_tiled.cu). warps: 16, 12 or 8 (2, 3 or 4 item buffers).
 void launch_kquant_tiled(const HeadParams& p, int warps, TensorType type, bool pdl, int num_sms, cudaStream_t stream);
-size_t kquant_tiled_smem(int groups, int tokens, bool q6k);
+size_t kquant_tiled_smem(int groups, int tokens);
 // Every head type on both routes, one thread per row, tokens in passes of 4; with a llama.cpp
 // order, that path's roundings instead of vec_dot's (numerics.md, "The llama.cpp route"). The
 // repacked Q4_K order takes the gemm's for tokens below T - T % 4 (whole groups of 4 of the call).

@@ -61,27 +61,20 @@ struct LanesTiled : LanesRuns {
   __device__ static void load(Item& it, const uint8_t* item, int lane) { load_item<Q4>(it, item, lane); }
   static constexpr int kItemBytes = Q4 ? stream::kQ4ItemBytes : stream::kItemBytes;
   static constexpr int kLanes = 1;
-  static constexpr int kSumVecs = 1;
+  static constexpr int kSumVecs = 2;  // tokens_n::stage_token_sums16 (the mins MMAs' B)
   __device__ static const uint8_t* weights(const HeadParams& p) { return p.stream_weights; }
   template <int TTOT>
   __device__ static void stage_sums(const HeadParams& p, const TokenSmem& s, int items) {
-    tokens_n::stage_token_sums<TTOT>(p, s, items);
+    tokens_n::stage_token_sums16<TTOT>(p, s, items);
   }
 
   template <int NT>
   __device__ static void compute(const Item& it, int sb, const TokenSmem& s, int lane, Acc<NT, 1>& a) {
-    constexpr int TTOT = 8 * NT;
-    const int g = lane >> 2, q = lane & 3;
     const tokens_n::KRowHeaders h(it);
 
     // bq[nt][i]: (b0, b1) of sub-block 2i, then of 2i + 1, for token 8 nt + g.
     uint4 bq[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const uint32_t* run = s.runs + (sb * TTOT + 8 * nt + g) * kRunWords + 4 * q;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(run + 16 * i);
-    }
+    tokens_n::load_b_runs<NT>(s.runs, sb, lane, bq);
 
     uint32_t w[2][10];
     if constexpr (Q4) {
@@ -142,31 +135,12 @@ struct Q6LanesTiled : LanesRuns {
   __device__ static void load(Item& it, const uint8_t* item, int lane) { load_q6_item(it, item, lane); }
   static constexpr int kItemBytes = stream::kQ6ItemBytes;
   static constexpr int kLanes = 1;
-  static constexpr int kSumVecs = 2;  // the sums' low bytes (4 words), then their high bytes
+  static constexpr int kSumVecs = 2;  // tokens_n::stage_token_sums16
   __device__ static const uint8_t* weights(const HeadParams& p) { return p.stream_weights; }
 
   template <int TTOT>
   __device__ static void stage_sums(const HeadParams& p, const TokenSmem& s, int items) {
-    for (int i = threadIdx.x; i < items; i += blockDim.x) {
-      const int sb = i / TTOT, t = i - sb * TTOT;
-      const bool real = t < p.T;
-      s.yd[i] = real ? p.act_d[size_t(sb) * kMaxTokens + t] : 0.0f;
-      uint32_t lo[4] = {0u, 0u, 0u, 0u}, hi[4] = {0u, 0u, 0u, 0u};
-      if (real) {
-        const uint4* q8 = reinterpret_cast<const uint4*>(p.act_qs + (size_t(sb) * kMaxTokens + t) * kActPitch);
-#pragma unroll
-        for (int m = 0; m < 16; ++m) {
-          const uint4 v = q8[m];
-          int sum = 0;
-#pragma unroll
-          for (int w = 0; w < 4; ++w) sum = __dp4a(int(word_of(v, w)), 0x01010101, sum);
-          lo[m >> 2] |= (uint32_t(sum) & 0xFFu) << (8 * (m & 3));
-          hi[m >> 2] |= (uint32_t(sum >> 8) & 0xFFu) << (8 * (m & 3));
-        }
-      }
-      s.bsp[2 * i] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-      s.bsp[2 * i + 1] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    }
+    tokens_n::stage_token_sums16<TTOT>(p, s, items);
   }
 
   template <int NT>
@@ -178,13 +152,11 @@ struct Q6LanesTiled : LanesRuns {
     for (int r = 0; r < 2; ++r) scw[r] = word_of(it.sc[r], q);
 
     uint4 bq[NT][4];
+    tokens_n::load_b_runs<NT>(s.runs, sb, lane, bq);
     int s1[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const int item = sb * TTOT + 8 * nt + g;
-      const uint32_t* run = s.runs + item * kRunWords + 4 * q;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(run + 16 * i);
       const uint32_t* sums = reinterpret_cast<const uint32_t*>(s.bsp + 2 * item);
       int olo[4], ohi[4];
       mma16_s8u8(olo, scw[0], scw[1], sums[q]);
@@ -232,8 +204,9 @@ struct Q6LanesTiled : LanesRuns {
 
 }  // namespace
 
-size_t kquant_tiled_smem(int groups, int tokens, bool q6k) {
-  return tokens_n::smem_bytes(groups, tokens <= 8 ? 8 : 16, q6k ? Q6LanesTiled::kSumVecs : 1);
+static_assert(LanesTiled<true>::kSumVecs == Q6LanesTiled::kSumVecs && LanesTiled<false>::kSumVecs == Q6LanesTiled::kSumVecs);
+size_t kquant_tiled_smem(int groups, int tokens) {
+  return tokens_n::smem_bytes(groups, tokens <= 8 ? 8 : 16, Q6LanesTiled::kSumVecs);
 }
 
 void launch_kquant_tiled(const HeadParams& p, int warps, TensorType type, bool pdl, int num_sms, cudaStream_t stream) {

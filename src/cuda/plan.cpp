@@ -55,11 +55,11 @@ size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens) {
     case HeadKernel::q6k_stream_tiled: return q6k_stream_smem(groups, tc);
     case HeadKernel::q8_0_stream: return q8_0_stream_smem(groups, tc);
     case HeadKernel::q5k_tma: return q5k_tma_smem(groups, tc);
-    case HeadKernel::q5k_stream_n:
-    case HeadKernel::q5k_stream_n_tiled: return q5k_stream_n_smem(groups, tc);
+    case HeadKernel::q5k_stream_n: return q5k_stream_n_smem(groups, tc, false);
+    case HeadKernel::q5k_stream_n_tiled: return q5k_stream_n_smem(groups, tc, true);
     case HeadKernel::q5k_stream_tiled:
-    case HeadKernel::q4k_stream_tiled: return kquant_tiled_smem(groups, tc, false);
-    case HeadKernel::q6k_tiled_n: return kquant_tiled_smem(groups, tc, true);
+    case HeadKernel::q4k_stream_tiled:
+    case HeadKernel::q6k_tiled_n: return kquant_tiled_smem(groups, tc);
     case HeadKernel::q5k_lanes: return q5k_lanes_smem(groups, tc);
     case HeadKernel::q5k_mma: {
       MmaConfig c;

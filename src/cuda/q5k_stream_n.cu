@@ -43,7 +43,7 @@ template <int NT>
 __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint32_t* s_act, const uint4* s_bsp,
                                              const float* s_yd, int lane, Acc<NT, 8>& a) {
   constexpr int TTOT = 8 * NT;
-  const int g = lane >> 2, q = lane & 3;
+  const int q = lane & 3;
   float dq[NT][2][2];
   float row_d[2], row_dmin[2];
   uint32_t s0a[2], s1a[2], s0b[2], s1b[2];  // planes of sc[q] (a) and sc[q + 4] (b), rows g, g + 8
@@ -76,12 +76,7 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
 
   // B: token 8 nt + g's run; bq[nt][i] = (b0, b1) of lane 2i, then of lane 2i + 1.
   uint4 bq[NT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const uint32_t* run = s_act + (sb * TTOT + 8 * nt + g) * kRunWords + 4 * q;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(run + 16 * i);
-  }
+  tokens_n::load_b_runs<NT>(s_act, sb, lane, bq);
 
   uint32_t w[2][10];
   item_words(it, w);
@@ -113,11 +108,10 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const uint3
 }
 
 // The tiled order: per item the lanes' MMAs chained (8 D1 + D0 is the slab's s1, exact: |s1| < 2^26),
-// the mins' s2 from the sub-block sums (exact: |s2| < 2^22, so k_mins_sum's float is float(s2)).
+// the mins' s2 by two MMAs against the 16-element sums (tokens_n::tiled_accumulate).
 template <int NT>
 __device__ __forceinline__ void compute_item(const Item& it, int sb, const TokenSmem& s, int lane, Acc<NT, 1>& a) {
-  constexpr int TTOT = 8 * NT;
-  const int g = lane >> 2, q = lane & 3;
+  const int q = lane & 3;
   const tokens_n::KRowHeaders h(it);
   uint32_t s0a[2], s1a[2], s0b[2], s1b[2];  // planes of sc[q] (a) and sc[q + 4] (b), rows g, g + 8
 #pragma unroll
@@ -131,12 +125,7 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const Token
   }
 
   uint4 bq[NT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const uint32_t* run = s.runs + (sb * TTOT + 8 * nt + g) * kRunWords + 4 * q;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(run + 16 * i);
-  }
+  tokens_n::load_b_runs<NT>(s.runs, sb, lane, bq);
 
   uint32_t w[2][10];
   item_words(it, w);
@@ -217,6 +206,11 @@ struct VecDotOrder : SubblocksFormat {
 };
 struct TiledOrder : SubblocksFormat {
   static constexpr int kLanes = 1;
+  static constexpr int kSumVecs = 2;  // tokens_n::stage_token_sums16 (the mins MMAs' B)
+  template <int TTOT>
+  __device__ static void stage_sums(const HeadParams& p, const TokenSmem& s, int items) {
+    tokens_n::stage_token_sums16<TTOT>(p, s, items);
+  }
   template <int NT>
   __device__ static void compute(const Item& it, int sb, const TokenSmem& s, int lane, Acc<NT, 1>& a) {
     compute_item<NT>(it, sb, s, lane, a);
@@ -225,7 +219,9 @@ struct TiledOrder : SubblocksFormat {
 
 }  // namespace
 
-size_t q5k_stream_n_smem(int groups, int tokens) { return tokens_n::smem_bytes(groups, tokens <= 8 ? 8 : 16); }
+size_t q5k_stream_n_smem(int groups, int tokens, bool llamacpp_tiled) {
+  return tokens_n::smem_bytes(groups, tokens <= 8 ? 8 : 16, llamacpp_tiled ? TiledOrder::kSumVecs : VecDotOrder::kSumVecs);
+}
 // warps: 8, 12 or 16 per block for T <= 8 (one tile of 8 tokens); T > 8 runs two tiles with 8 warps
 // (the vec_dot order's 64 float accumulators per thread). The tiled order: tokens_n::launch_tiled.
 void launch_q5k_stream_n(const HeadParams& p, int warps, bool llamacpp_tiled, bool pdl, int num_sms,

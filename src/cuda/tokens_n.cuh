@@ -37,7 +37,8 @@ inline size_t smem_bytes(int groups, int ttot, int sum_vecs = 1) {
 
 struct TokenSmem {
   uint32_t* runs;  // [G][TTOT][kRunWords]
-  uint4* bsp;      // [G][TTOT][kSumVecs]: Q4_K / Q5_K the sub-block sums as int16 pairs (prep.cu)
+  uint4* bsp;      // [G][TTOT][kSumVecs]: vec_dot's Q5_K the sub-block sums as int16 pairs (prep.cu);
+                   // the tiled order the 16-element sums' low and high bytes (stage_token_sums16)
   float* yd;       // [G][TTOT]
 };
 
@@ -53,6 +54,19 @@ struct Acc {
     for (int k = 0; k < L; ++k) acc[nt][c][r][k] = 0.0f;
   }
 };
+
+// Thread (g, q)'s B fragments of super-block sb: bq[nt][i] holds its 16 bytes of chunk i of token
+// 8 nt + g's run (words 4q .. 4q + 3 of each 16-word chunk), the layout both stage_runs write.
+template <int NT>
+__device__ __forceinline__ void load_b_runs(const uint32_t* runs, int sb, int lane, uint4 (&bq)[NT][4]) {
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const uint32_t* run = runs + (sb * 8 * NT + 8 * nt + g) * kRunWords + 4 * q;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(run + 16 * i);
+  }
+}
 
 // The row headers of an item's rows g, g + 8 (r) for a Q4_K / Q5_K item: d, dmin and the 6-bit scales
 // and mins as packed bytes.
@@ -70,31 +84,69 @@ struct KRowHeaders {
 };
 
 // The tiled order's float steps of one item (Q4_K, Q5_K: numerics.md, "Route tiled"): s1[nt][2r + c]
-// is the super-block's exact scaled sum of row g + 8r and token 8 nt + 2q + c, s2 comes from the
-// sub-block sums (k_mins_sum's float is float(s2) exactly: |s2| < 2^22); then
-// r = fma(-dmin, s2, s1 * d) and out = fma(r, y.d, out).
+// is the super-block's exact scaled sum of row g + 8r and token 8 nt + 2q + c; s2 = sum_j m[j] *
+// (bsums[2j] + bsums[2j + 1]) is two m16n8k16 MMAs per token tile, A = the row's mins with K = the
+// sixteen 16-element groups (group s takes m[s / 2]; the 6-bit mins fit s8), B = the low (unsigned)
+// and high (signed) bytes of the token's sixteen 16-element sums (stage_token_sums16), so s2 =
+// 256 O_hi + O_lo exactly (|s2| < 2^22); then r = fma(-dmin, float(s2), float(s1) * d) and
+// out = fma(r, y.d, out).
 template <int NT>
 __device__ __forceinline__ void tiled_accumulate(const int (&s1)[NT][4], const KRowHeaders& h, int sb,
                                                  const TokenSmem& s, int lane, Acc<NT, 1>& a) {
   constexpr int TTOT = 8 * NT;
-  const int q = lane & 3;
+  const int g = lane >> 2, q = lane & 3;
+  // Thread q's A word: groups 4q .. 4q + 3 take m[2q], m[2q], m[2q + 1], m[2q + 1].
+  const unsigned pick = (q & 1) ? 0x3322u : 0x1100u;
+  const uint32_t ma0 = __byte_perm(q < 2 ? h.ks[0].m_lo : h.ks[0].m_hi, 0u, pick);
+  const uint32_t ma1 = __byte_perm(q < 2 ? h.ks[1].m_lo : h.ks[1].m_hi, 0u, pick);
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < NT; ++nt) {
+    const uint32_t* sums = reinterpret_cast<const uint32_t*>(s.bsp + 2 * (sb * TTOT + 8 * nt + g));
+    int olo[4], ohi[4];  // [2r + c]: row g + 8r, token 8 nt + 2q + c
+    mma16_s8u8(olo, ma0, ma1, sums[q]);
+    mma16_s8s8(ohi, ma0, ma1, sums[4 + q]);
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int tok = 8 * nt + 2 * q + c;
-      const float yd = s.yd[sb * TTOT + tok];
-      const uint4 bs = s.bsp[sb * TTOT + tok];
+      const float yd = s.yd[sb * TTOT + 8 * nt + 2 * q + c];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float rr = __fmaf_rn(-h.dmin[r], k_mins_sum(bs, h.ks[r].m_lo, h.ks[r].m_hi),
-                                   __fmul_rn(__int2float_rn(s1[nt][2 * r + c]), h.d[r]));
+        const int s2 = 256 * ohi[2 * r + c] + olo[2 * r + c];
+        const float rr = __fmaf_rn(-h.dmin[r], __int2float_rn(s2), __fmul_rn(__int2float_rn(s1[nt][2 * r + c]), h.d[r]));
         a.acc[nt][c][r][0] = __fmaf_rn(rr, yd, a.acc[nt][c][r][0]);
       }
     }
+  }
 }
 
-// y.d and the sub-block sum pairs of every (super-block, token slot) (Q4_K, Q5_K; kSumVecs = 1);
+// y.d and the low and high bytes of the sixteen 16-element sums of every (super-block, token slot)
+// (the tiled order's formats; kSumVecs = 2: the low bytes' four words, then the high bytes'); slots
+// past T get zeros (their columns are computed and dropped). A sum is at most 16 * 128 in magnitude,
+// so its high byte (sum >> 8) fits s8 and sum = 256 hi + lo.
+template <int TTOT>
+__device__ void stage_token_sums16(const HeadParams& p, const TokenSmem& s, int items) {
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int sb = i / TTOT, t = i - sb * TTOT;
+    const bool real = t < p.T;
+    s.yd[i] = real ? p.act_d[size_t(sb) * kMaxTokens + t] : 0.0f;
+    uint32_t lo[4] = {0u, 0u, 0u, 0u}, hi[4] = {0u, 0u, 0u, 0u};
+    if (real) {
+      const uint4* q8 = reinterpret_cast<const uint4*>(p.act_qs + (size_t(sb) * kMaxTokens + t) * kActPitch);
+#pragma unroll
+      for (int m = 0; m < 16; ++m) {
+        const uint4 v = q8[m];
+        int sum = 0;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) sum = __dp4a(int(word_of(v, w)), 0x01010101, sum);
+        lo[m >> 2] |= (uint32_t(sum) & 0xFFu) << (8 * (m & 3));
+        hi[m >> 2] |= (uint32_t(sum >> 8) & 0xFFu) << (8 * (m & 3));
+      }
+    }
+    s.bsp[2 * i] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    s.bsp[2 * i + 1] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+  }
+}
+
+// y.d and the sub-block sum pairs of every (super-block, token slot) (vec_dot's Q5_K; kSumVecs = 1);
 // slots past T get zeros (their columns are computed and dropped).
 template <int TTOT>
 __device__ void stage_token_sums(const HeadParams& p, const TokenSmem& s, int items) {
