@@ -36,6 +36,8 @@ using avx2::k_scales_mins_vec;
 using avx2::keep_in_register;
 using avx2::kQ8KBytes;
 using avx2::kQ8KQsAt;
+using avx2::k_tile;
+using avx2::KTokens;
 using avx2::kPrefetchAhead;
 using avx2::q8k_d;
 using avx2::reduce_lanes;
@@ -147,33 +149,9 @@ float dot_row(const uint8_t* row, const uint8_t* qs8, const SingleToken* tok, in
 // (4.5 KB at the Muse shape) is re-read from L1 for each group of four. The four tokens' mins
 // terms run in the lanes of one vector: imin[t] from two madds and two horizontal adds, then
 // summs = fma(dm, float(imin), summs) lane by lane, the reference's single rounding per token.
-struct GroupTokens {
-  __m128i pairs[4];  // per token: bsums[2j] + bsums[2j+1], int16 x 8
-  float yd[4];
-  float neg_yd[4];
-};
-
-void prepare_groups(const TokenActs& acts, int64_t nb, GroupTokens* g) {
-  for (int t0 = 0; t0 < acts.tokens; t0 += 4)
-    for (int64_t i = 0; i < nb; ++i) {
-      GroupTokens& cell = g[(t0 / 4) * nb + i];
-      for (int k = 0; k < 4; ++k) {
-        if (t0 + k < acts.tokens) {
-          const uint8_t* y = acts.data + size_t(t0 + k) * acts.stride + i * kQ8KBytes;
-          cell.pairs[k] = bsum_pairs(y);
-          cell.yd[k] = q8k_d(y);
-          cell.neg_yd[k] = -q8k_d(y);
-        } else {
-          cell.pairs[k] = _mm_setzero_si128();
-          cell.yd[k] = 0.0f;
-          cell.neg_yd[k] = 0.0f;
-        }
-      }
-    }
-}
-
+// The token-side cells and the tile loop are kquant_avx2.hpp's (KTokens, k_tile).
 template <int G>
-void dot_group(const uint8_t* row, const uint8_t* const* qs8, const GroupTokens* tok, int64_t nb, float* result) {
+void dot_group(const uint8_t* row, const uint8_t* const* y, const KTokens* tok, int64_t nb, float* result) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i zero = _mm256_setzero_si256();
   const __mmask16 high_words = 0xAAAA;
@@ -199,7 +177,7 @@ void dot_group(const uint8_t* row, const uint8_t* const* qs8, const GroupTokens*
       const __m256i hi = level_j<2 * P + 1>(_mm256_and_si256(_mm256_srli_epi16(b, 4), low4), qh);          \
       const __m256i sc = _mm256_set1_epi32(scale_pairs[P]);                                                 \
       for (int g = 0; g < G; ++g) {                                                                         \
-        const uint8_t* a = qs8[g] + i * kQ8KBytes + 64 * P;                                                 \
+        const uint8_t* a = y[g] + i * kQ8KBytes + kQ8KQsAt + 64 * P;                                        \
         const __m256i p0 = _mm256_dpbusd_epi32(zero, lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));      \
         const __m256i p1 = _mm256_dpbusd_epi32(zero, hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32))); \
         isum[g] = _mm256_dpwssd_epi32(isum[g], _mm256_mask_blend_epi16(high_words, p0, _mm256_slli_epi32(p1, 16)), sc); \
@@ -229,6 +207,13 @@ void dot_group(const uint8_t* row, const uint8_t* const* qs8, const GroupTokens*
   for (int g = 0; g < G; ++g) result[g] = reduce_lanes(acc[g]) + s[g];
 }
 
+struct GroupOrder {
+  template <int G>
+  static void group(const uint8_t* row, const uint8_t* const* y, const KTokens* tok, int64_t nb, float* result) {
+    dot_group<G>(row, y, tok, nb, result);
+  }
+};
+
 }  // namespace
 
 void q5_K_q8(const HeadTile& tile, const TokenActs& acts, const RawOut& out, void* scratch) {
@@ -240,25 +225,7 @@ void q5_K_q8(const HeadTile& tile, const TokenActs& acts, const RawOut& out, voi
       out.data[r] = dot_row(tile.rows + r * tile.row_bytes, acts.data + kQ8KQsAt, tok, nb);
     return;
   }
-  GroupTokens* tok = static_cast<GroupTokens*>(scratch);
-  prepare_groups(acts, nb, tok);
-  for (int64_t r = 0; r < tile.count; ++r) {
-    const uint8_t* row = tile.rows + r * tile.row_bytes;
-    for (int t0 = 0; t0 < acts.tokens; t0 += 4) {
-      const int g = acts.tokens - t0 < 4 ? acts.tokens - t0 : 4;
-      const uint8_t* qs8[4];
-      for (int k = 0; k < g; ++k) qs8[k] = acts.data + size_t(t0 + k) * acts.stride + kQ8KQsAt;
-      const GroupTokens* cells = tok + (t0 / 4) * nb;
-      float result[4];
-      switch (g) {
-        case 1: dot_group<1>(row, qs8, cells, nb, result); break;
-        case 2: dot_group<2>(row, qs8, cells, nb, result); break;
-        case 3: dot_group<3>(row, qs8, cells, nb, result); break;
-        default: dot_group<4>(row, qs8, cells, nb, result); break;
-      }
-      for (int k = 0; k < g; ++k) out.data[size_t(t0 + k) * out.stride + r] = result[k];
-    }
-  }
+  k_tile<GroupOrder>(tile, acts, out, scratch);
 }
 
 }  // namespace lmhead::cpu::avx512
