@@ -73,6 +73,14 @@ bool cpu_has_avx512() {
 
 }  // namespace
 
+uint64_t avx512_prefetch_ahead() {
+  static const uint64_t bytes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") ? uint64_t(2048) : uint64_t(4096);
+  }();
+  return bytes;
+}
+
 TileKernel llamacpp_grouped_kernel(quant::LlamaCppPath path, TensorType type, Isa limit) {
   if (path == quant::LlamaCppPath::repack_q4_K_8x8 && type == TensorType::Q4_K)
     return simd_llamacpp(limit) ? &avx2::llamacpp_rows<quant::LlamaCppPath::repack_q4_K_8x8, TensorType::Q4_K, true>
@@ -123,10 +131,11 @@ TileKernel llamacpp_kernel(quant::LlamaCppPath path, TensorType type, Isa limit)
 size_t kernel_scratch_bytes(int64_t hidden) {
   // The largest of: four rows decoded to f32 plus every token's activations converted to f32 (the
   // float kernels); the K-quant kernels' token-side values (kquant_avx2.hpp's KTokens, 96 B per
-  // super-block and group of four tokens, on the AVX2 and AVX-512 paths alike; counted here with
-  // room to spare). Plus slack for alignment.
+  // super-block and group of four tokens, on the AVX2 and AVX-512 paths alike, plus on the AVX-512
+  // Q5_K path from five tokens each token's permuted quants, 256 B per super-block). Plus slack for
+  // alignment.
   const size_t floats = size_t(hidden) * sizeof(float) * (4 + kMaxKernelTokens);
-  const size_t kquant = size_t((hidden + 255) / 256) * 320 * kMaxKernelTokens;
+  const size_t kquant = size_t((hidden + 255) / 256) * (96 / 4 + 256) * kMaxKernelTokens + 64;
   return std::max({floats, kquant, quant::llamacpp_unpacked_bytes(hidden)}) + 4096;
 }
 
