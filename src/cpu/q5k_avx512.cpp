@@ -264,7 +264,8 @@ inline Levels512 decode512(const uint8_t* x, __m128i sm) {
 
 // The eight int32 lanes of one token (a: its permuted 256 quants of this super-block).
 inline __m256i token_lanes(const Levels512& L, const uint8_t* a) {
-  // Two chains of two, not one of four: the dependent vpdpwssd latency is what the tokens wait on.
+  // Two chains of two joined by one add (one chain of four measured the same: docs/performance.md,
+  // CPU attempt 13), then the halves added.
   __m512i s0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(L.lv[0], _mm512_loadu_si512(a)), L.sc[0]);
   __m512i s1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(L.lv[1], _mm512_loadu_si512(a + 64)), L.sc[1]);
   s0 = _mm512_dpwssd_epi32(s0, _mm512_maddubs_epi16(L.lv[2], _mm512_loadu_si512(a + 128)), L.sc[2]);
