@@ -8,14 +8,15 @@
 // |P_j[k]| <= 4 * 31 * 127 fits an int16, so two sub-blocks' P share one int32 lane as a word pair
 // and one vpdpwssd applies both scales. Up to four tokens the registers are 256-bit (on Zen 4 a
 // 512-bit operation takes two 256-bit issue slots, and the 512-bit variants tried there were
-// slower); from five tokens each super-block is decoded into 512-bit registers once per group of
-// eight (decode512, below), which pays where a 512-bit multiply issues like a 256-bit one (the Intel
-// Xeon of docs/performance.md, CPU attempt 13). The float operations are the reference's, unchanged.
+// slower). From five tokens two tokens share each 512-bit register, one per half (dot_pairs512,
+// below), which pays where a 512-bit multiply issues about as fast as a 256-bit one (the Intel Xeon
+// of docs/performance.md, CPU attempt 13). The float operations are the reference's, unchanged.
 //
 // Compiled for AVX-512 through a target pragma placed after every shared include, so nothing but
 // this file's own internal functions carries AVX-512 code.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +29,7 @@
 // intrinsics as maybe-uninitialized (a false positive of the headers, not of this code).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "cpu/kquant_avx2.hpp"
 #include "cpu/simd_avx2.hpp"
@@ -212,22 +214,6 @@ void dot_group(const uint8_t* row, const uint8_t* const* y, const KTokens* tok, 
   for (int g = 0; g < G; ++g) result[g] = reduce_lanes(acc[g]) + s[g];
 }
 
-// Levels and scales in 512-bit registers (from five tokens). On the Intel Xeon this was built on, a
-// 512-bit vpmaddubsw or vpdpwssd issues at about the rate of a 256-bit one, so it does nearly twice
-// the work per cycle; on Zen 4 (one 512-bit operation = two 256-bit ones) it would not (docs/
-// performance.md, CPU attempt 13).
-//
-// A 64-byte load of the quants holds pairs 2Q and 2Q + 1 (Q = 0, 1): its low nibbles are sub-blocks
-// 4Q (low half) and 4Q + 2 (high half), its high nibbles 4Q + 1 and 4Q + 3. The token's quants are
-// permuted once per call to match (permute_token), and each half gets its own sub-block's scale, so
-//   isum_half[k] = sum over the half's sub-blocks j of sc[j] * P_j[k]   (vpmaddubsw, then vpdpwssd)
-// and the eight lanes of numerics.md §5 are the two halves added: integer sums, exact in any order.
-// |level * q8| pairs fit vpmaddubsw's int16 (2 * 31 * 128), and the scales are at most 63.
-struct Levels512 {
-  __m512i lv[4];  // sub-blocks (0 | 2), (1 | 3), (4 | 6), (5 | 7)
-  __m512i sc[4];  // their scales as int16 words, each half its sub-block's
-};
-
 // Bit 4 of every byte of v moved from bit 4 - S (S > 0: a left shift); a 16-bit shift by at most 4
 // left or 3 right never carries a bit into another byte's bit 4.
 template <int S>
@@ -235,57 +221,6 @@ inline __m512i shift_to_bit4(__m512i v) {
   if constexpr (S > 0) return _mm512_slli_epi16(v, S);
   else if constexpr (S < 0) return _mm512_srli_epi16(v, -S);
   else return v;
-}
-
-inline Levels512 decode512(const uint8_t* x, __m128i sm) {
-  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16));
-  // Low half: qh; high half: qh >> 2, so sub-block 4Q + 2's bit sits where 4Q's does.
-  const __m512i qhz = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-  const __m512i b0 = _mm512_loadu_si512(x + 48), b1 = _mm512_loadu_si512(x + 112);
-  Levels512 L;
-  // level = nibble | (qh bit moved to bit 4): one ternary-logic operation, a | (b & c).
-  L.lv[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(b0, low4), shift_to_bit4<4>(qhz), bit4, 0xF8);
-  L.lv[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(b0, 4), low4), shift_to_bit4<3>(qhz), bit4, 0xF8);
-  L.lv[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(b1, low4), shift_to_bit4<0>(qhz), bit4, 0xF8);
-  L.lv[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(b1, 4), low4), shift_to_bit4<-1>(qhz), bit4, 0xF8);
-  // sc[0..7] as words in every 128-bit lane; each vector picks word j0 in lanes 0, 1 and j1 in 2, 3.
-  const __m512i words = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
-  auto pick = [&](int j0, int j1) {
-    const short w0 = short((2 * j0) | ((2 * j0 + 1) << 8)), w1 = short((2 * j1) | ((2 * j1 + 1) << 8));
-    return _mm512_shuffle_epi8(words, _mm512_inserti64x4(_mm512_set1_epi16(w0), _mm256_set1_epi16(w1), 1));
-  };
-  L.sc[0] = pick(0, 2);
-  L.sc[1] = pick(1, 3);
-  L.sc[2] = pick(4, 6);
-  L.sc[3] = pick(5, 7);
-  return L;
-}
-
-// The eight int32 lanes of one token (a: its permuted 256 quants of this super-block).
-inline __m256i token_lanes(const Levels512& L, const uint8_t* a) {
-  // Two chains of two joined by one add (one chain of four measured the same: docs/performance.md,
-  // CPU attempt 13), then the halves added.
-  __m512i s0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(L.lv[0], _mm512_loadu_si512(a)), L.sc[0]);
-  __m512i s1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(L.lv[1], _mm512_loadu_si512(a + 64)), L.sc[1]);
-  s0 = _mm512_dpwssd_epi32(s0, _mm512_maddubs_epi16(L.lv[2], _mm512_loadu_si512(a + 128)), L.sc[2]);
-  s1 = _mm512_dpwssd_epi32(s1, _mm512_maddubs_epi16(L.lv[3], _mm512_loadu_si512(a + 192)), L.sc[3]);
-  const __m512i isum = _mm512_add_epi32(s0, s1);
-  return _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
-}
-
-// A token's quants of every super-block in the order decode512 pairs them: 32-byte sub-blocks
-// 0, 2, 1, 3, 4, 6, 5, 7.
-inline void permute_token(const uint8_t* blocks, int64_t nb, uint8_t* out) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* qs = blocks + i * kQ8KBytes + kQ8KQsAt;
-    uint8_t* o = out + i * 256;
-    for (int k = 0; k < 8; ++k) {
-      static constexpr int kFrom[8] = {0, 2, 1, 3, 4, 6, 5, 7};
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * k),
-                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * kFrom[k])));
-    }
-  }
 }
 
 // The four tokens of one KTokens cell: their mins terms in the lanes of one vector, imin[t] from two
@@ -301,41 +236,83 @@ inline __m128 mins_step(__m128i sm, const KTokens& cell, __m128 dmin, __m128 sum
   return _mm_fmadd_ps(_mm_mul_ps(_mm_loadu_ps(cell.neg_yd), dmin), _mm_cvtepi32_ps(imin), summs);
 }
 
-// From five tokens: each super-block is decoded once (decode512) and used at once for
-// G = 1..8 tokens (y[g]: token g's permuted quants; tok[0], tok[1]: the KTokens cells of tokens 0-3
-// and 4-7), whose lanes, acc and summs stay in registers; the row is re-read from L1 for the next
-// group. Eight tokens per decode, where the 256-bit path took four: AVX-512 has 32 vector registers.
-template <int G>
-void dot_group512(const uint8_t* row, const uint8_t* const* y, const KTokens* const* tok, int64_t nb, float* result,
+// Two tokens per 512-bit register: the halves of every vector are the two tokens of a pair, each
+// level vector is one sub-block in both halves (broadcast loads), and a token's eight lanes never
+// leave its half: per pair and sub-block j one vpmaddubsw, then one vpdpwssd with sc[j] in every
+// word, so lane k of each half gets sc[j] * P_j[k] (exact, as above), then one conversion and one
+// fma for the two tokens. Every super-block is decoded once for up to sixteen tokens. Pair p's
+// quants: per super-block and sub-block j, 64 bytes [token 2p's 32 | token 2p + 1's 32]
+// (interleave_pair; a missing partner is zeros, its results dropped).
+inline void interleave_pair(const uint8_t* a_blocks, const uint8_t* b_blocks, int64_t nb, uint8_t* out) {
+  for (int64_t i = 0; i < nb; ++i)
+    for (int j = 0; j < 8; ++j) {
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a_blocks + i * kQ8KBytes + kQ8KQsAt + 32 * j));
+      const __m256i b = b_blocks ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b_blocks + i * kQ8KBytes + kQ8KQsAt + 32 * j))
+                                 : _mm256_setzero_si256();
+      _mm512_storeu_si512(out + i * 512 + 64 * j, _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
+    }
+}
+
+template <int NP>
+void dot_pairs512(const uint8_t* row, const uint8_t* const* y, const KTokens* const* tok, int64_t nb, float* result,
                   uint64_t prefetch_ahead) {
-  static_assert(G >= 1 && G <= 8);
-  __m256 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
-  __m128 summs[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
+  static_assert(NP >= 1 && NP <= 8);
+  constexpr int kCells = (2 * NP + 3) / 4;
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  __m512 acc[NP];
+  for (int p = 0; p < NP; ++p) acc[p] = _mm512_setzero_ps();
+  __m128 summs[kCells];
+  for (int c = 0; c < kCells; ++c) summs[c] = _mm_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* x = row + i * kBlockBytes;
     _mm_prefetch(reinterpret_cast<const char*>(x + prefetch_ahead), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(x + prefetch_ahead + 64), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(x + prefetch_ahead + 128), _MM_HINT_T0);
     const __m128i sm = k_scales_mins_vec(x + 4);
-    const Levels512 L = decode512(x, sm);
-    __m256i isum[G];
-    for (int g = 0; g < G; ++g) isum[g] = token_lanes(L, y[g] + i * 256);
+    alignas(32) int32_t scw[8];  // sc[j] in both words: vpdpwssd's broadcast operand
+    {
+      const __m256i w = _mm256_cvtepu8_epi32(sm);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(scw), _mm256_or_si256(w, _mm256_slli_epi32(w, 16)));
+    }
+    const __m512i qhb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
+    __m512i lv[8];
+#define LMHEAD_Q5_BCAST_PAIR(P)                                                                                 \
+    {                                                                                                           \
+      const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 48 + 32 * P))); \
+      lv[2 * P] = _mm512_ternarylogic_epi32(_mm512_and_si512(b, low4), shift_to_bit4<4 - 2 * P>(qhb), bit4, 0xF8); \
+      lv[2 * P + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(b, 4), low4),                 \
+                                                shift_to_bit4<3 - 2 * P>(qhb), bit4, 0xF8);                      \
+    }
+    LMHEAD_Q5_BCAST_PAIR(0) LMHEAD_Q5_BCAST_PAIR(1) LMHEAD_Q5_BCAST_PAIR(2) LMHEAD_Q5_BCAST_PAIR(3)
+#undef LMHEAD_Q5_BCAST_PAIR
     uint32_t dd_bits;
     std::memcpy(&dd_bits, x, 4);
     const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(int(dd_bits)));  // [d, dmin, 0, 0]
     const __m128 d = _mm_broadcastss_ps(dd), dmin = _mm_permute_ps(dd, _MM_SHUFFLE(1, 1, 1, 1));
-    // dq of the eight tokens in one vector (y.d * d, the reference's product), one permute each.
-    const __m256 dq = _mm256_mul_ps(_mm256_set_m128(_mm_loadu_ps(tok[1][i].yd), _mm_loadu_ps(tok[0][i].yd)),
-                                    _mm256_set1_ps(_mm_cvtss_f32(d)));
-    for (int g = 0; g < G; ++g)
-      acc[g] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(dq, _mm256_set1_epi32(g)), _mm256_cvtepi32_ps(isum[g]), acc[g]);
-    for (int c = 0; c < (G + 3) / 4; ++c) summs[c] = mins_step(sm, tok[c][i], dmin, summs[c]);
+    // dq = y.d * d of every token (the reference's product), sixteen lanes; one permute per pair.
+    __m512 dq = _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(tok[0][i].yd), d));
+    if constexpr (kCells > 1) dq = _mm512_insertf32x4(dq, _mm_mul_ps(_mm_loadu_ps(tok[1][i].yd), d), 1);
+    if constexpr (kCells > 2) dq = _mm512_insertf32x4(dq, _mm_mul_ps(_mm_loadu_ps(tok[2][i].yd), d), 2);
+    if constexpr (kCells > 3) dq = _mm512_insertf32x4(dq, _mm_mul_ps(_mm_loadu_ps(tok[3][i].yd), d), 3);
+    for (int p = 0; p < NP; ++p) {
+      const uint8_t* a = y[p] + i * 512;
+      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+      for (int j = 0; j < 8; j += 2) {
+        s0 = _mm512_dpwssd_epi32(s0, _mm512_maddubs_epi16(lv[j], _mm512_loadu_si512(a + 64 * j)), _mm512_set1_epi32(scw[j]));
+        s1 = _mm512_dpwssd_epi32(s1, _mm512_maddubs_epi16(lv[j + 1], _mm512_loadu_si512(a + 64 * j + 64)),
+                                 _mm512_set1_epi32(scw[j + 1]));
+      }
+      const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
+      acc[p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick, dq), _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[p]);
+    }
+    for (int c = 0; c < kCells; ++c) summs[c] = mins_step(sm, tok[c][i], dmin, summs[c]);
   }
-  alignas(16) float s[8];
-  _mm_store_ps(s, summs[0]);
-  _mm_store_ps(s + 4, summs[1]);
-  for (int g = 0; g < G; ++g) result[g] = reduce_lanes(acc[g]) + s[g];
+  alignas(16) float s[16];
+  for (int c = 0; c < kCells; ++c) _mm_store_ps(s + 4 * c, summs[c]);
+  for (int p = 0; p < NP; ++p) {
+    result[2 * p] = reduce_lanes(_mm512_castps512_ps256(acc[p])) + s[2 * p];
+    result[2 * p + 1] = reduce_lanes(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p]), 1))) + s[2 * p + 1];
+  }
 }
 
 inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
@@ -357,7 +334,7 @@ void q5_K_q8(const HeadTile& tile, const TokenActs& acts, const RawOut& out, voi
   KTokens* cells = reinterpret_cast<KTokens*>(base);
   prepare_k_tokens(acts, nb, cells);
   if (acts.tokens <= 4) {
-    // One group, 256-bit: below five tokens decode512's cost is not shared by enough tokens
+    // One group, 256-bit: below five tokens the 512-bit decode is shared by too few tokens
     // (docs/performance.md, CPU attempt 13).
     const int g = acts.tokens;
     const uint8_t* y[4];
@@ -374,31 +351,32 @@ void q5_K_q8(const HeadTile& tile, const TokenActs& acts, const RawOut& out, voi
     }
     return;
   }
-  // Groups of up to eight tokens (two KTokens cells each) on the permuted activations, each
-  // super-block decoded once per group; the row is re-read from L1 for the next group.
-  const size_t token_bytes = size_t(nb) * 256;
-  uint8_t* perm = base + align64(size_t((acts.tokens + 3) / 4) * size_t(nb) * sizeof(KTokens));
-  for (int t = 0; t < acts.tokens; ++t) permute_token(acts.data + size_t(t) * acts.stride, nb, perm + t * token_bytes);
+  // From five tokens: pairs of tokens in the halves of 512-bit registers, every super-block decoded
+  // once for all of them (dot_pairs512).
+  const size_t pair_bytes = size_t(nb) * 512;
+  uint8_t* pairs = base + align64(size_t((acts.tokens + 3) / 4) * size_t(nb) * sizeof(KTokens));
+  for (int t = 0; t < acts.tokens; t += 2)
+    interleave_pair(acts.data + size_t(t) * acts.stride,
+                    t + 1 < acts.tokens ? acts.data + size_t(t + 1) * acts.stride : nullptr, nb, pairs + (t / 2) * pair_bytes);
+  const uint8_t* y[8];
+  const int np = (acts.tokens + 1) / 2;
+  for (int k = 0; k < np; ++k) y[k] = pairs + k * pair_bytes;
+  const KTokens* c[4];
+  for (int k = 0; k < 4; ++k) c[k] = cells + std::min(k, (acts.tokens - 1) / 4) * nb;
   for (int64_t r = 0; r < tile.count; ++r) {
     const uint8_t* row = tile.rows + r * tile.row_bytes;
-    for (int t0 = 0; t0 < acts.tokens; t0 += 8) {
-      const int g = acts.tokens - t0 < 8 ? acts.tokens - t0 : 8;
-      const uint8_t* y[8];
-      for (int k = 0; k < g; ++k) y[k] = perm + (t0 + k) * token_bytes;
-      const KTokens* c[2] = {cells + (t0 / 4) * nb, cells + (t0 / 4 + (g > 4 ? 1 : 0)) * nb};
-      float result[8];
-      switch (g) {
-        case 1: dot_group512<1>(row, y, c, nb, result, ahead); break;
-        case 2: dot_group512<2>(row, y, c, nb, result, ahead); break;
-        case 3: dot_group512<3>(row, y, c, nb, result, ahead); break;
-        case 4: dot_group512<4>(row, y, c, nb, result, ahead); break;
-        case 5: dot_group512<5>(row, y, c, nb, result, ahead); break;
-        case 6: dot_group512<6>(row, y, c, nb, result, ahead); break;
-        case 7: dot_group512<7>(row, y, c, nb, result, ahead); break;
-        default: dot_group512<8>(row, y, c, nb, result, ahead); break;
-      }
-      for (int k = 0; k < g; ++k) out.data[size_t(t0 + k) * out.stride + r] = result[k];
+    float result[16];
+    switch (np) {
+      case 1: dot_pairs512<1>(row, y, c, nb, result, ahead); break;
+      case 2: dot_pairs512<2>(row, y, c, nb, result, ahead); break;
+      case 3: dot_pairs512<3>(row, y, c, nb, result, ahead); break;
+      case 4: dot_pairs512<4>(row, y, c, nb, result, ahead); break;
+      case 5: dot_pairs512<5>(row, y, c, nb, result, ahead); break;
+      case 6: dot_pairs512<6>(row, y, c, nb, result, ahead); break;
+      case 7: dot_pairs512<7>(row, y, c, nb, result, ahead); break;
+      default: dot_pairs512<8>(row, y, c, nb, result, ahead); break;
     }
+    for (int k = 0; k < acts.tokens; ++k) out.data[size_t(k) * out.stride + r] = result[k];
   }
 }
 
