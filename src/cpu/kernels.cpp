@@ -131,9 +131,9 @@ TileKernel llamacpp_kernel(quant::LlamaCppPath path, TensorType type, Isa limit)
 size_t kernel_scratch_bytes(int64_t hidden) {
   // The largest of: four rows decoded to f32 plus every token's activations converted to f32 (the
   // float kernels); the K-quant kernels' token-side values (kquant_avx2.hpp's KTokens, 96 B per
-  // super-block and group of four tokens, on the AVX2 and AVX-512 paths alike, plus on the AVX-512
-  // Q5_K path from five tokens each token's permuted quants, 256 B per super-block). Plus slack for
-  // alignment.
+  // super-block and group of four tokens; the AVX-512 Q5_K kernel's PairTokens from five tokens,
+  // 384 B per super-block for sixteen, plus every token's quants interleaved in pairs, 256 B per
+  // super-block and token). Plus slack for alignment.
   const size_t floats = size_t(hidden) * sizeof(float) * (4 + kMaxKernelTokens);
   const size_t kquant = size_t((hidden + 255) / 256) * (96 / 4 + 256) * kMaxKernelTokens + 64;
   return std::max({floats, kquant, quant::llamacpp_unpacked_bytes(hidden)}) + 4096;

@@ -6,7 +6,8 @@
 //   isum[k] = sum_j sc[j] * P_j[k]                            vpdpwssd on (P_2q, P_2q+1) word pairs
 //
 // |P_j[k]| <= 4 * 31 * 127 fits an int16, so two sub-blocks' P share one int32 lane as a word pair
-// and one vpdpwssd applies both scales. Up to four tokens the registers are 256-bit (on Zen 4 a
+// and one vpdpwssd applies both scales (the pairs kernel below forms sc[j] * P_j[k] with vpmaddubsw
+// and one vpdpwssd per sub-block instead: the same integers). Up to four tokens the registers are 256-bit (on Zen 4 a
 // 512-bit operation takes two 256-bit issue slots, and the 512-bit variants tried there were
 // slower). From five tokens two tokens share each 512-bit register, one per half (dot_pairs512,
 // below), which pays where a 512-bit multiply issues about as fast as a 256-bit one (the Intel Xeon
@@ -16,7 +17,6 @@
 // this file's own internal functions carries AVX-512 code.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -223,19 +223,6 @@ inline __m512i shift_to_bit4(__m512i v) {
   else return v;
 }
 
-// The four tokens of one KTokens cell: their mins terms in the lanes of one vector, imin[t] from two
-// madds and two horizontal adds, then summs = fma(dm, float(imin), summs) lane by lane, the
-// reference's single rounding per token.
-inline __m128 mins_step(__m128i sm, const KTokens& cell, __m128 dmin, __m128 summs) {
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);  // [t0 t2 . . | t1 t3 . .] -> [t0 t1 t2 t3]
-  const __m256i m = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
-  const __m256i m01 = _mm256_madd_epi16(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&cell.pairs[0])));
-  const __m256i m23 = _mm256_madd_epi16(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&cell.pairs[2])));
-  const __m256i h = _mm256_hadd_epi32(m01, m23);
-  const __m128i imin = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h, h), order));
-  return _mm_fmadd_ps(_mm_mul_ps(_mm_loadu_ps(cell.neg_yd), dmin), _mm_cvtepi32_ps(imin), summs);
-}
-
 // Two tokens per 512-bit register: the halves of every vector are the two tokens of a pair, each
 // level vector is one sub-block in both halves (broadcast loads), and a token's eight lanes never
 // leave its half: per pair and sub-block j one vpmaddubsw, then one vpdpwssd with sc[j] in every
@@ -253,26 +240,53 @@ inline void interleave_pair(const uint8_t* a_blocks, const uint8_t* b_blocks, in
     }
 }
 
+// The token side of the pairs kernel, per super-block and for up to sixteen tokens (missing ones
+// zero): y.d, -y.d, and the bsum pairs transposed so that one vpdpwssd per two sub-blocks gives the
+// mins sums of all sixteen tokens: word pair q of token t = (bsums[4q] + bsums[4q + 1], bsums[4q + 2]
+// + bsums[4q + 3]), i.e. the pairs of sub-blocks 2q and 2q + 1.
+struct alignas(64) PairTokens {
+  int32_t pairs[4][16];
+  float yd[16];
+  float neg_yd[16];
+};
+
+void prepare_pair_tokens(const TokenActs& acts, int64_t nb, PairTokens* cells) {
+  for (int64_t i = 0; i < nb; ++i) {
+    PairTokens& cell = cells[i];
+    std::memset(&cell, 0, sizeof cell);
+    for (int t = 0; t < acts.tokens; ++t) {
+      const uint8_t* y = acts.data + size_t(t) * acts.stride + i * kQ8KBytes;
+      alignas(16) int32_t w[4];  // the eight int16 pairs as four word pairs
+      _mm_store_si128(reinterpret_cast<__m128i*>(w), bsum_pairs(y));
+      for (int q = 0; q < 4; ++q) cell.pairs[q][t] = w[q];
+      cell.yd[t] = q8k_d(y);
+      cell.neg_yd[t] = -q8k_d(y);
+    }
+  }
+}
+
 template <int NP>
-void dot_pairs512(const uint8_t* row, const uint8_t* const* y, const KTokens* const* tok, int64_t nb, float* result,
+void dot_pairs512(const uint8_t* row, const uint8_t* const* y, const PairTokens* tok, int64_t nb, float* result,
                   uint64_t prefetch_ahead) {
   static_assert(NP >= 1 && NP <= 8);
-  constexpr int kCells = (2 * NP + 3) / 4;
   const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
   __m512 acc[NP];
   for (int p = 0; p < NP; ++p) acc[p] = _mm512_setzero_ps();
-  __m128 summs[kCells];
-  for (int c = 0; c < kCells; ++c) summs[c] = _mm_setzero_ps();
+  __m512 summs = _mm512_setzero_ps();  // token t's mins chain in lane t
+  __m256 summs8 = _mm256_setzero_ps();  // the same, up to eight tokens
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* x = row + i * kBlockBytes;
     _mm_prefetch(reinterpret_cast<const char*>(x + prefetch_ahead), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(x + prefetch_ahead + 64), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(x + prefetch_ahead + 128), _MM_HINT_T0);
     const __m128i sm = k_scales_mins_vec(x + 4);
-    alignas(32) int32_t scw[8];  // sc[j] in both words: vpdpwssd's broadcast operand
+    // sc[j] in both words (the token lanes' vpdpwssd operand) and (m[2q], m[2q + 1]) (the mins').
+    alignas(32) int32_t scw[8];
+    alignas(16) int32_t mw[4];
     {
       const __m256i w = _mm256_cvtepu8_epi32(sm);
       _mm256_store_si256(reinterpret_cast<__m256i*>(scw), _mm256_or_si256(w, _mm256_slli_epi32(w, 16)));
+      _mm_store_si128(reinterpret_cast<__m128i*>(mw), _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
     }
     const __m512i qhb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
     __m512i lv[8];
@@ -288,12 +302,9 @@ void dot_pairs512(const uint8_t* row, const uint8_t* const* y, const KTokens* co
     uint32_t dd_bits;
     std::memcpy(&dd_bits, x, 4);
     const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(int(dd_bits)));  // [d, dmin, 0, 0]
-    const __m128 d = _mm_broadcastss_ps(dd), dmin = _mm_permute_ps(dd, _MM_SHUFFLE(1, 1, 1, 1));
-    // dq = y.d * d of every token (the reference's product), sixteen lanes; one permute per pair.
-    __m512 dq = _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(tok[0][i].yd), d));
-    if constexpr (kCells > 1) dq = _mm512_insertf32x4(dq, _mm_mul_ps(_mm_loadu_ps(tok[1][i].yd), d), 1);
-    if constexpr (kCells > 2) dq = _mm512_insertf32x4(dq, _mm_mul_ps(_mm_loadu_ps(tok[2][i].yd), d), 2);
-    if constexpr (kCells > 3) dq = _mm512_insertf32x4(dq, _mm_mul_ps(_mm_loadu_ps(tok[3][i].yd), d), 3);
+    const PairTokens& t = tok[i];
+    // dq = y.d * d of every token (the reference's product), one permute per pair.
+    const __m512 dq = _mm512_mul_ps(_mm512_load_ps(t.yd), _mm512_broadcastss_ps(dd));
     for (int p = 0; p < NP; ++p) {
       const uint8_t* a = y[p] + i * 512;
       __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
@@ -305,10 +316,26 @@ void dot_pairs512(const uint8_t* row, const uint8_t* const* y, const KTokens* co
       const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
       acc[p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick, dq), _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[p]);
     }
-    for (int c = 0; c < kCells; ++c) summs[c] = mins_step(sm, tok[c][i], dmin, summs[c]);
+    // imin of the tokens: four vpdpwssd of the transposed pairs with (m[2q], m[2q + 1]), 256-bit
+    // up to eight tokens; then summs = fma((-y.d) * dmin, float(imin), summs), the reference's single
+    // rounding per token.
+    if constexpr (NP <= 4) {
+      __m256i imin = _mm256_dpwssd_epi32(_mm256_setzero_si256(), _mm256_load_si256(reinterpret_cast<const __m256i*>(t.pairs[0])),
+                                         _mm256_set1_epi32(mw[0]));
+      for (int q = 1; q < 4; ++q)
+        imin = _mm256_dpwssd_epi32(imin, _mm256_load_si256(reinterpret_cast<const __m256i*>(t.pairs[q])), _mm256_set1_epi32(mw[q]));
+      const __m256 dm = _mm256_mul_ps(_mm256_load_ps(t.neg_yd), _mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dd))));
+      summs8 = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(imin), summs8);
+    } else {
+      __m512i imin = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_load_si512(t.pairs[0]), _mm512_set1_epi32(mw[0]));
+      for (int q = 1; q < 4; ++q) imin = _mm512_dpwssd_epi32(imin, _mm512_load_si512(t.pairs[q]), _mm512_set1_epi32(mw[q]));
+      const __m512 dm = _mm512_mul_ps(_mm512_load_ps(t.neg_yd), _mm512_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dd))));
+      summs = _mm512_fmadd_ps(dm, _mm512_cvtepi32_ps(imin), summs);
+    }
   }
-  alignas(16) float s[16];
-  for (int c = 0; c < kCells; ++c) _mm_store_ps(s + 4 * c, summs[c]);
+  alignas(64) float s[16];
+  if constexpr (NP <= 4) _mm256_store_ps(s, summs8);
+  else _mm512_store_ps(s, summs);
   for (int p = 0; p < NP; ++p) {
     result[2 * p] = reduce_lanes(_mm512_castps512_ps256(acc[p])) + s[2 * p];
     result[2 * p + 1] = reduce_lanes(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p]), 1))) + s[2 * p + 1];
@@ -331,9 +358,9 @@ void q5_K_q8(const HeadTile& tile, const TokenActs& acts, const RawOut& out, voi
       out.data[r] = dot_row(tile.rows + r * tile.row_bytes, acts.data + kQ8KQsAt, tok, nb, ahead);
     return;
   }
-  KTokens* cells = reinterpret_cast<KTokens*>(base);
-  prepare_k_tokens(acts, nb, cells);
   if (acts.tokens <= 4) {
+    KTokens* cells = reinterpret_cast<KTokens*>(base);
+    prepare_k_tokens(acts, nb, cells);
     // One group, 256-bit: below five tokens the 512-bit decode is shared by too few tokens
     // (docs/performance.md, CPU attempt 13).
     const int g = acts.tokens;
@@ -353,28 +380,28 @@ void q5_K_q8(const HeadTile& tile, const TokenActs& acts, const RawOut& out, voi
   }
   // From five tokens: pairs of tokens in the halves of 512-bit registers, every super-block decoded
   // once for all of them (dot_pairs512).
+  PairTokens* ptok = reinterpret_cast<PairTokens*>(base);
+  prepare_pair_tokens(acts, nb, ptok);
   const size_t pair_bytes = size_t(nb) * 512;
-  uint8_t* pairs = base + align64(size_t((acts.tokens + 3) / 4) * size_t(nb) * sizeof(KTokens));
+  uint8_t* pairs = base + align64(size_t(nb) * sizeof(PairTokens));
   for (int t = 0; t < acts.tokens; t += 2)
     interleave_pair(acts.data + size_t(t) * acts.stride,
                     t + 1 < acts.tokens ? acts.data + size_t(t + 1) * acts.stride : nullptr, nb, pairs + (t / 2) * pair_bytes);
   const uint8_t* y[8];
   const int np = (acts.tokens + 1) / 2;
   for (int k = 0; k < np; ++k) y[k] = pairs + k * pair_bytes;
-  const KTokens* c[4];
-  for (int k = 0; k < 4; ++k) c[k] = cells + std::min(k, (acts.tokens - 1) / 4) * nb;
   for (int64_t r = 0; r < tile.count; ++r) {
     const uint8_t* row = tile.rows + r * tile.row_bytes;
     float result[16];
     switch (np) {
-      case 1: dot_pairs512<1>(row, y, c, nb, result, ahead); break;
-      case 2: dot_pairs512<2>(row, y, c, nb, result, ahead); break;
-      case 3: dot_pairs512<3>(row, y, c, nb, result, ahead); break;
-      case 4: dot_pairs512<4>(row, y, c, nb, result, ahead); break;
-      case 5: dot_pairs512<5>(row, y, c, nb, result, ahead); break;
-      case 6: dot_pairs512<6>(row, y, c, nb, result, ahead); break;
-      case 7: dot_pairs512<7>(row, y, c, nb, result, ahead); break;
-      default: dot_pairs512<8>(row, y, c, nb, result, ahead); break;
+      case 1: dot_pairs512<1>(row, y, ptok, nb, result, ahead); break;
+      case 2: dot_pairs512<2>(row, y, ptok, nb, result, ahead); break;
+      case 3: dot_pairs512<3>(row, y, ptok, nb, result, ahead); break;
+      case 4: dot_pairs512<4>(row, y, ptok, nb, result, ahead); break;
+      case 5: dot_pairs512<5>(row, y, ptok, nb, result, ahead); break;
+      case 6: dot_pairs512<6>(row, y, ptok, nb, result, ahead); break;
+      case 7: dot_pairs512<7>(row, y, ptok, nb, result, ahead); break;
+      default: dot_pairs512<8>(row, y, ptok, nb, result, ahead); break;
     }
     for (int k = 0; k < acts.tokens; ++k) out.data[size_t(k) * out.stride + r] = result[k];
   }
