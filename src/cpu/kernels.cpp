@@ -73,7 +73,7 @@ bool cpu_has_avx512() {
 
 }  // namespace
 
-uint64_t avx512_prefetch_ahead() {
+uint64_t weight_prefetch_ahead() {
   static const uint64_t bytes = [] {
     __builtin_cpu_init();
     return __builtin_cpu_is("intel") ? uint64_t(2048) : uint64_t(4096);

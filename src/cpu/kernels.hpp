@@ -56,10 +56,10 @@ const char* isa_name(Isa isa);
 Isa detect_isa();
 // Whether the CPU runs `isa` (scalar always).
 bool cpu_supports(Isa isa);
-// How far ahead of the current super-block the AVX-512 Q5_K kernel prefetches the weights: 2 KiB on
-// Intel, 4 KiB elsewhere (the distance each measured best on; docs/performance.md, CPU attempts 8
-// and 13).
-uint64_t avx512_prefetch_ahead();
+// How far ahead of the current super-block the K-quant kernels (AVX2 and AVX-512) prefetch the
+// weights: 2 KiB on Intel, 4 KiB elsewhere (the distance each measured best on; docs/performance.md,
+// CPU attempts 8 and 13). Read once per tile.
+uint64_t weight_prefetch_ahead();
 
 // Route::llamacpp: the portable kernel for llama.cpp's path `path` on `type` heads (the reference
 // dots of quant/llamacpp_route.cpp, row by row); nullptr when the path does not apply to the type.

@@ -129,9 +129,9 @@ struct KHeader {
 // sc[2k + 1] bsums[2k + 1]). The levels are decoded into registers chunk by chunk and used at once
 // for every token of the group, so nothing is stored.
 template <KQuant K, int G>
-inline KHeader superblock_lanes(const uint8_t* x, const uint8_t* const* y, size_t blk, __m256i* isum) {
+inline KHeader superblock_lanes(const uint8_t* x, const uint8_t* const* y, size_t blk, __m256i* isum, uint64_t ahead) {
   for (int l = 0; l < (kBlockBytesOf<K> + 63) / 64; ++l)
-    _mm_prefetch(reinterpret_cast<const char*>(x + kPrefetchAhead + 64 * l), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(x + ahead + 64 * l), _MM_HINT_T0);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int g = 0; g < G; ++g) isum[g] = _mm256_setzero_si256();
   KHeader h;
@@ -223,7 +223,7 @@ inline void prepare_k_tokens(const TokenActs& acts, int64_t nb, KTokens* cells) 
     }
 }
 
-// A whole tile in groups of up to four tokens: Order::template group<G>(row, y, cells, nb, result)
+// A whole tile in groups of up to four tokens: Order::template group<G>(row, y, cells, nb, result, ahead)
 // computes tokens 0 .. G-1 of a group (y[g]: token g's activation blocks, cells: the group's
 // KTokens per super-block) against one row. Each super-block is decoded once per group; the row is
 // re-read from L1 for the next group.
@@ -232,6 +232,7 @@ void k_tile(const HeadTile& tile, const TokenActs& acts, const RawOut& out, void
   const int64_t nb = tile.hidden / 256;
   KTokens* tok = static_cast<KTokens*>(scratch);
   prepare_k_tokens(acts, nb, tok);
+  const uint64_t ahead = weight_prefetch_ahead();
   for (int64_t r = 0; r < tile.count; ++r) {
     const uint8_t* row = tile.rows + r * tile.row_bytes;
     for (int t0 = 0; t0 < acts.tokens; t0 += 4) {
@@ -241,10 +242,10 @@ void k_tile(const HeadTile& tile, const TokenActs& acts, const RawOut& out, void
       const KTokens* cells = tok + (t0 / 4) * nb;
       float result[4];
       switch (g) {
-        case 1: Order::template group<1>(row, y, cells, nb, result); break;
-        case 2: Order::template group<2>(row, y, cells, nb, result); break;
-        case 3: Order::template group<3>(row, y, cells, nb, result); break;
-        default: Order::template group<4>(row, y, cells, nb, result); break;
+        case 1: Order::template group<1>(row, y, cells, nb, result, ahead); break;
+        case 2: Order::template group<2>(row, y, cells, nb, result, ahead); break;
+        case 3: Order::template group<3>(row, y, cells, nb, result, ahead); break;
+        default: Order::template group<4>(row, y, cells, nb, result, ahead); break;
       }
       for (int k = 0; k < g; ++k) out.data[size_t(t0 + k) * out.stride + r] = result[k];
     }

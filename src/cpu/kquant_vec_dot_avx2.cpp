@@ -21,7 +21,8 @@ inline __m128 lane_to_all4(__m128 v, int g) { return _mm_permutevar_ps(v, _mm_se
 template <KQuant K>
 struct VecDotOrder {
   template <int G>
-  static void group(const uint8_t* row, const uint8_t* const* y, const KTokens* tok, int64_t nb, float* result) {
+  static void group(const uint8_t* row, const uint8_t* const* y, const KTokens* tok, int64_t nb, float* result,
+                    uint64_t ahead) {
     __m256 acc[G];
     [[maybe_unused]] __m128 acc_m[G];                  // Q4_K: token g's four mins chains
     [[maybe_unused]] __m128 summs = _mm_setzero_ps();  // Q5_K: token g's mins chain in lane g
@@ -31,7 +32,7 @@ struct VecDotOrder {
     }
     for (int64_t i = 0; i < nb; ++i) {
       __m256i isum[G];
-      const KHeader h = superblock_lanes<K, G>(row + i * kBlockBytesOf<K>, y, size_t(i) * kQ8KBytes, isum);
+      const KHeader h = superblock_lanes<K, G>(row + i * kBlockBytesOf<K>, y, size_t(i) * kQ8KBytes, isum, ahead);
       const __m128 dq = _mm_mul_ps(_mm_load_ps(tok[i].yd), _mm_broadcastss_ps(h.dd));
       for (int g = 0; g < G; ++g)
         acc[g] = _mm256_fmadd_ps(_mm256_broadcastss_ps(lane_to_all4(dq, g)), _mm256_cvtepi32_ps(isum[g]), acc[g]);

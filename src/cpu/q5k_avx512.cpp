@@ -349,7 +349,7 @@ inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 void q5_K_q8(const HeadTile& tile, const TokenActs& acts, const RawOut& out, void* scratch) {
   const int64_t nb = tile.hidden / 256;
-  const uint64_t ahead = avx512_prefetch_ahead();
+  const uint64_t ahead = weight_prefetch_ahead();
   uint8_t* base = static_cast<uint8_t*>(scratch);
   if (acts.tokens == 1) {
     SingleToken* tok = reinterpret_cast<SingleToken*>(base);

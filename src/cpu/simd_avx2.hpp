@@ -17,11 +17,9 @@ inline void keep_in_register(V& v) {
   asm("" : "+x"(v));
 }
 
-// How far ahead of the current super-block the single-token kernels ask for the weights. The
-// hardware prefetchers stop at 4 KiB page boundaries, and a page's first line then arrives late
-// on every page (in this VM each page also costs a nested page walk): one page ahead keeps the
-// stream going (docs/performance.md, CPU, attempt log).
-constexpr uint64_t kPrefetchAhead = 4096;
+// The K-quant kernels prefetch the weights a fixed distance ahead (kernels.hpp's
+// weight_prefetch_ahead): the hardware prefetchers stop at 4 KiB page boundaries, and a page's first
+// line then arrives late on every page (in a VM each page also costs a nested page walk).
 
 // Asks for bytes [p, p + n) to be brought towards the core (into L2 and beyond: the T1 hint).
 // Prefetches never fault, so running past the end of the head's weights is harmless.

@@ -29,7 +29,8 @@ namespace {
 template <KQuant K>
 struct TiledOrder {
   template <int G>
-  static void group(const uint8_t* row, const uint8_t* const* y, const KTokens* tok, int64_t nb, float* result) {
+  static void group(const uint8_t* row, const uint8_t* const* y, const KTokens* tok, int64_t nb, float* result,
+                    uint64_t ahead) {
     __m128 out = _mm_setzero_ps();  // token g in lane g
     // The reference's float steps for one super-block, one rounding each, token g in lane g (dd: [d,
     // dmin, ..]). Each super-block's run one iteration late, after the next one's integer work: the
@@ -48,7 +49,7 @@ struct TiledOrder {
     };
     for (int64_t i = 0; i < nb; ++i) {
       __m256i isum[G];
-      const KHeader hd = superblock_lanes<K, G>(row + i * kBlockBytesOf<K>, y, size_t(i) * kQ8KBytes, isum);
+      const KHeader hd = superblock_lanes<K, G>(row + i * kBlockBytesOf<K>, y, size_t(i) * kQ8KBytes, isum, ahead);
       const __m128i sm = hd.sm;
       finish(prev_s1, prev_s2, prev_dd, prev_yd);
 
