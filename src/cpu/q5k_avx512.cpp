@@ -44,6 +44,7 @@ using avx2::k_scales_mins_vec;
 using avx2::keep_in_register;
 using avx2::kQ8KBytes;
 using avx2::kQ8KQsAt;
+using avx2::k_tile;
 using avx2::KTokens;
 using avx2::q8k_d;
 using avx2::reduce_lanes;
@@ -155,7 +156,7 @@ float dot_row(const uint8_t* row, const uint8_t* qs8, const SingleToken* tok, in
 // (4.5 KB at the Muse shape) is re-read from L1 for each group of four. The four tokens' mins
 // terms run in the lanes of one vector: imin[t] from two madds and two horizontal adds, then
 // summs = fma(dm, float(imin), summs) lane by lane, the reference's single rounding per token.
-// The token-side cells are kquant_avx2.hpp's (KTokens); the tile loop is q5_K_q8's.
+// The token-side cells and the tile loop are kquant_avx2.hpp's (KTokens, k_tile).
 template <int G>
 void dot_group(const uint8_t* row, const uint8_t* const* y, const KTokens* tok, int64_t nb, float* result,
                uint64_t prefetch_ahead) {
@@ -342,6 +343,14 @@ void dot_pairs512(const uint8_t* row, const uint8_t* const* y, const PairTokens*
   }
 }
 
+struct GroupOrder {
+  template <int G>
+  static void group(const uint8_t* row, const uint8_t* const* y, const KTokens* tok, int64_t nb, float* result,
+                    uint64_t ahead) {
+    dot_group<G>(row, y, tok, nb, result, ahead);
+  }
+};
+
 inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 
@@ -359,23 +368,9 @@ void q5_K_q8(const HeadTile& tile, const TokenActs& acts, const RawOut& out, voi
     return;
   }
   if (acts.tokens <= 4) {
-    KTokens* cells = reinterpret_cast<KTokens*>(base);
-    prepare_k_tokens(acts, nb, cells);
     // One group, 256-bit: below five tokens the 512-bit decode is shared by too few tokens
     // (docs/performance.md, CPU attempt 13).
-    const int g = acts.tokens;
-    const uint8_t* y[4];
-    for (int k = 0; k < g; ++k) y[k] = acts.data + size_t(k) * acts.stride;
-    for (int64_t r = 0; r < tile.count; ++r) {
-      const uint8_t* row = tile.rows + r * tile.row_bytes;
-      float result[4];
-      switch (g) {
-        case 2: dot_group<2>(row, y, cells, nb, result, ahead); break;
-        case 3: dot_group<3>(row, y, cells, nb, result, ahead); break;
-        default: dot_group<4>(row, y, cells, nb, result, ahead); break;
-      }
-      for (int k = 0; k < g; ++k) out.data[size_t(k) * out.stride + r] = result[k];
-    }
+    k_tile<GroupOrder>(tile, acts, out, scratch);
     return;
   }
   // From five tokens: pairs of tokens in the halves of 512-bit registers, every super-block decoded
