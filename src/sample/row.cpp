@@ -69,14 +69,22 @@ bool simd() {
   static const bool has = cpu::cpu_supports(cpu::Isa::avx2);
   return has;
 }
+bool wide() {
+  static const bool has = cpu::cpu_supports(cpu::Isa::avx512);
+  return has;
+}
 }  // namespace
 
 double scaled_logits(const float* x, int64_t n, double t, double* z) {
-  return simd() ? avx2::scaled_logits(x, n, t, z) : portable::scaled_logits(x, n, t, z);
+  return wide() ? avx512::scaled_logits(x, n, t, z)
+         : simd() ? avx2::scaled_logits(x, n, t, z)
+                  : portable::scaled_logits(x, n, t, z);
 }
 double max_finite(const double* z, int64_t n) { return simd() ? avx2::max_finite(z, n) : portable::max_finite(z, n); }
 uint64_t row_weights(const double* z, int64_t n, double m, double min_p, uint64_t* w, uint16_t* bucket) {
-  return simd() ? avx2::row_weights(z, n, m, min_p, w, bucket) : portable::row_weights(z, n, m, min_p, w, bucket);
+  return wide() ? avx512::row_weights(z, n, m, min_p, w, bucket)
+         : simd() ? avx2::row_weights(z, n, m, min_p, w, bucket)
+                  : portable::row_weights(z, n, m, min_p, w, bucket);
 }
 uint64_t split_at_bucket(uint64_t* w, const uint16_t* rank, int64_t n, int bucket, int32_t* found, uint64_t* found_w,
                          int* n_found) {

@@ -45,4 +45,9 @@ uint64_t row_weights(const double* z, int64_t n, double m, double min_p, uint64_
 void exp_batch(const double* x, double* y, int64_t n);
 }  // namespace avx2
 
+namespace avx512 {  // callers check cpu::cpu_supports(Isa::avx512) first; the other passes are avx2's
+double scaled_logits(const float* x, int64_t n, double t, double* z);
+uint64_t row_weights(const double* z, int64_t n, double m, double min_p, uint64_t* w, uint16_t* bucket);
+}  // namespace avx512
+
 }  // namespace lmhead::sample

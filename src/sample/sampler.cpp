@@ -99,13 +99,30 @@ Round1 round1(const float* x, const SamplingOptions& o, const Bias& bias, const 
   return r;
 }
 
+// Round 1 without bias, mask or top-k (`direct`): z is the scaled logit itself, so nothing is
+// stored; each chunk's z pass through a buffer that stays in L1 (the maximum only).
+Round1 round1_direct(const float* x, double t, int64_t begin, int64_t end) {
+  double z[kChunk];
+  Round1 r;
+  for (int64_t b = begin; b < end;) {
+    const int64_t e = std::min(end, (b / kChunk + 1) * kChunk);
+    r.max = std::max(r.max, scaled_logits(x + (b - begin), e - b, t, z));
+    b = e;
+  }
+  return r;
+}
+
 // What every range needs after round 1: the global maximum and the top-k list (when k ids or
-// more are included, only they can be kept).
+// more are included, only they can be kept). In the direct mode (no bias, mask or top-k) z is not
+// kept in the scratch but recomputed from the logits where needed: the same double either way.
 struct Cut {
   double max = kNegInf;
   bool has_k = false;
   std::vector<Cand> top;
   double min_p = 0;
+  bool direct = false;
+  bool keep_weights = true;  // every kept id's W stays in the scratch (top-p, kept_weights)
+  double t = 1;
 };
 
 // Round 2 of a range: the integer weight of each kept id (left in the scratch), their sums per
@@ -119,7 +136,7 @@ struct Round2 {
 
 uint64_t weight_of(double w, double min_p) { return passes_min_p(w, min_p) ? integer_weight(w) : 0; }
 
-Round2 round2(const Cut& cut, int64_t begin, int64_t end, Scratch& s, bool top_p) {
+Round2 round2(const Cut& cut, const float* x, int64_t begin, int64_t end, Scratch& s, bool top_p) {
   Round2 r;
   r.first_chunk = begin / kChunk;
   r.chunk_sums.assign(size_t((end - 1) / kChunk - r.first_chunk + 1), 0);
@@ -139,10 +156,19 @@ Round2 round2(const Cut& cut, int64_t begin, int64_t end, Scratch& s, bool top_p
     }
     return r;
   }
+  double z_chunk[kChunk];
+  uint64_t w_chunk[kChunk];
   for (int64_t b = begin; b < end;) {
     const int64_t e = std::min(end, (b / kChunk + 1) * kChunk);
+    const double* z = s.z.data() + b;
+    if (cut.direct) {
+      scaled_logits(x + (b - begin), e - b, cut.t, z_chunk);
+      z = z_chunk;
+    }
+    // Without top-p or kept_weights the weights are not read again: the draw recomputes its chunk.
+    uint64_t* wb = cut.keep_weights ? w + b : w_chunk;
     r.chunk_sums[size_t(b / kChunk - r.first_chunk)] +=
-        row_weights(s.z.data() + b, e - b, cut.max, cut.min_p, w + b, top_p ? rank + b : nullptr);
+        row_weights(z, e - b, cut.max, cut.min_p, wb, top_p ? rank + b : nullptr);
     if (top_p)  // while the chunk is in cache; w = 0 adds nothing
       for (int64_t i = b; i < e; ++i) r.bucket_mass[rank[i]] += w[i];
     b = e;
@@ -154,15 +180,19 @@ Round2 round2(const Cut& cut, int64_t begin, int64_t end, Scratch& s, bool top_p
 // same pass, the local half of round 4: ids of later buckets leave the set (weight 0) and so do
 // the boundary bucket's until the boundary is known, the chunk sums becoming those of the ids
 // that certainly stay.
-void round3(int bucket, int64_t begin, int64_t end, Scratch& s, Round2& r, std::vector<Boundary>& out) {
+void round3(const Cut& cut, const float* x, int bucket, int64_t begin, int64_t end, Scratch& s, Round2& r,
+            std::vector<Boundary>& out) {
   for (int64_t b = begin; b < end;) {
     const int64_t e = std::min(end, (b / kChunk + 1) * kChunk);
     int32_t found[kChunk];
     uint64_t found_w[kChunk];
     int n = 0;
     const uint64_t sum = split_at_bucket(s.w.data() + b, s.rank.data() + b, e - b, bucket, found, found_w, &n);
-    for (int j = 0; j < n; ++j)
-      out.push_back(Boundary{descending_key(s.z[size_t(b + found[j])]), int32_t(b + found[j]), found_w[j]});
+    for (int j = 0; j < n; ++j) {
+      const int64_t id = b + found[j];
+      const double z = cut.direct ? scaled_logit(x[id - begin], 0.0f, cut.t) : s.z[size_t(id)];
+      out.push_back(Boundary{descending_key(z), int32_t(id), found_w[j]});
+    }
     r.chunk_sums[size_t(b / kChunk - r.first_chunk)] = sum;
     b = e;
   }
@@ -182,6 +212,7 @@ void round4(std::span<const Boundary> in, int64_t begin, int64_t end, Scratch& s
 struct Plan {
   std::vector<Round2> parts;
   uint64_t total = 0;
+  Cut cut;
 };
 
 // Runs the rounds of `n` ranges: round(k, r) for every range r, then merge(k) once, for k = 0,
@@ -233,13 +264,16 @@ void run_rounds(size_t n, const Workers* workers, const std::function<void(int, 
 // Range r covers ids [bounds[r], bounds[r + 1]) and reads its logits from starts[r] (id i's at
 // starts[r][i - bounds[r]]): one array or a buffer per shard alike.
 Plan plan(std::span<const float* const> starts, const SamplingOptions& o, const Bias& bias, const uint32_t* mask,
-          std::span<const int64_t> bounds, Scratch& s, const Workers* workers) {
+          std::span<const int64_t> bounds, Scratch& s, const Workers* workers, bool keep_weights) {
   const size_t n = bounds.size() - 1;
   const bool top_p = o.top_p < 1;
-  Cut cut;
-  cut.min_p = double(o.min_p);
-  std::vector<Round1> first(n);
   Plan p;
+  Cut& cut = p.cut;
+  cut.min_p = double(o.min_p);
+  cut.t = double(o.temperature);
+  cut.direct = bias.empty() && mask == nullptr && o.top_k == 0;
+  cut.keep_weights = keep_weights || top_p || !cut.direct;
+  std::vector<Round1> first(n);
   p.parts.resize(n);
   int bucket = 0;
   uint64_t before = 0, target = 0;
@@ -247,10 +281,12 @@ Plan plan(std::span<const float* const> starts, const SamplingOptions& o, const 
   std::vector<Boundary> cands;
   size_t last = 0;
   auto round = [&](int k, size_t r) {
-    if (k == 0) first[r] = round1(starts[r], o, bias, mask, bounds[r], bounds[r + 1], s.z.data());
-    if (k == 1) p.parts[r] = round2(cut, bounds[r], bounds[r + 1], s, top_p);
+    if (k == 0)
+      first[r] = cut.direct ? round1_direct(starts[r], cut.t, bounds[r], bounds[r + 1])
+                            : round1(starts[r], o, bias, mask, bounds[r], bounds[r + 1], s.z.data());
+    if (k == 1) p.parts[r] = round2(cut, starts[r], bounds[r], bounds[r + 1], s, top_p);
     // What travels in round 3: each range's candidates of the one boundary bucket.
-    if (k == 2) round3(bucket, bounds[r], bounds[r + 1], s, p.parts[r], sent[r]);
+    if (k == 2) round3(cut, starts[r], bucket, bounds[r], bounds[r + 1], s, p.parts[r], sent[r]);
   };
   auto merge = [&](int k) {
     if (k == 0) {
@@ -292,17 +328,34 @@ Plan plan(std::span<const float* const> starts, const SamplingOptions& o, const 
 }
 
 // The draw: the chunk holding the target is found from the chunk sums; only its ids are walked.
-int32_t draw(const Plan& p, const Scratch& s, int64_t V, uint64_t target) {
+// Where the weights were not kept (the direct mode at temperature alone), that chunk's are
+// recomputed from the logits of the ranges it overlaps: the same integers round 2 summed.
+int32_t draw(const Plan& p, std::span<const float* const> starts, std::span<const int64_t> bounds, const Scratch& s,
+             int64_t V, uint64_t target) {
   std::vector<uint64_t> chunks(size_t((V + kChunk - 1) / kChunk), 0);
   for (const Round2& part : p.parts)
     for (size_t c = 0; c < part.chunk_sums.size(); ++c) chunks[size_t(part.first_chunk) + c] += part.chunk_sums[c];
   uint64_t before = 0;
   for (size_t c = 0; c < chunks.size(); ++c) {
     if (before + chunks[c] > target) {
-      for (int64_t i = int64_t(c) * kChunk;; ++i) {
-        before += s.w[size_t(i)];
+      const int64_t first = int64_t(c) * kChunk, last = std::min(V, first + kChunk);
+      const uint64_t* w = s.w.data() + first;
+      uint64_t w_chunk[kChunk];
+      if (!p.cut.keep_weights) {
+        double z[kChunk];
+        for (size_t r = 0; r + 1 < bounds.size(); ++r) {
+          const int64_t b = std::max(first, bounds[r]), e = std::min(last, bounds[r + 1]);
+          if (b >= e) continue;
+          scaled_logits(starts[r] + (b - bounds[r]), e - b, p.cut.t, z);
+          row_weights(z, e - b, p.cut.max, p.cut.min_p, w_chunk + (b - first), nullptr);
+        }
+        w = w_chunk;
+      }
+      for (int64_t i = first; i < last; ++i) {
+        before += w[i - first];
         if (before > target) return int32_t(i);
       }
+      break;
     }
     before += chunks[c];
   }
@@ -458,8 +511,8 @@ int32_t sample_ranges(std::span<const float* const> starts, std::span<const int6
   if (o.temperature == 0) return greedy(starts, bias, mask, bounds);
   // The calling thread's scratch, shared by the workers: each writes only its ranges' ids.
   Scratch& s = scratch(V);
-  const Plan p = plan(starts, o, bias, mask, bounds, s, workers);
-  return draw(p, s, V, draw_target(random128(o.seed, position, Stream::draw), p.total));
+  const Plan p = plan(starts, o, bias, mask, bounds, s, workers, false);
+  return draw(p, starts, bounds, s, V, draw_target(random128(o.seed, position, Stream::draw), p.total));
 }
 
 }  // namespace
@@ -522,7 +575,7 @@ Weights kept_weights(const float* logits, int64_t V, const SamplingOptions& o, c
     return out;
   }
   Scratch& s = scratch(V);
-  const Plan p = plan(start, o, bias, mask, whole, s, nullptr);
+  const Plan p = plan(start, o, bias, mask, whole, s, nullptr, true);
   for (int64_t i = 0; i < V; ++i) out.weight[size_t(i)] = double(s.w[size_t(i)]);
   out.total = double(p.total);
   return out;
