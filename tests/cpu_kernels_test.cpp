@@ -112,34 +112,40 @@ void check_tile(const KernelCase& c, uint64_t seed, TileKernel kernel, quant::Ac
 
   const size_t out_stride = size_t(c.rows) + 7;
   std::vector<float> out(out_stride * c.tokens + 9);
-  for (float& v : out) std::memcpy(&v, &kSentinel, 4);
   float* out0 = out.data() + 3;
 
   AlignedScratch scratch(kernel_scratch_bytes(c.hidden));
   ASSERT_NE(kernel, nullptr);
-  kernel(HeadTile{weights, row_bytes, c.rows, c.hidden}, TokenActs{act_store.data() + lead, stride, c.tokens},
-         RawOut{out0, out_stride}, scratch.p);
+  // Twice on one scratch: fresh, then as a backend's next tile of the same call, which may read
+  // the token side the first call left in the scratch (TokenActs::scratch_prepared).
+  for (bool prepared : {false, true}) {
+    SCOPED_TRACE(prepared ? "second call, scratch prepared" : "first call");
+    for (float& v : out) std::memcpy(&v, &kSentinel, 4);
+    TokenActs acts{act_store.data() + lead, stride, c.tokens};
+    acts.scratch_prepared = prepared;
+    kernel(HeadTile{weights, row_bytes, c.rows, c.hidden}, acts, RawOut{out0, out_stride}, scratch.p);
 
-  std::vector<float> deq(c.hidden);
-  std::vector<uint32_t> aligned_row((row_bytes + 3) / 4);
-  int64_t wrong = 0;
-  for (int t = 0; t < c.tokens; ++t) {
-    const void* act = aligned_acts[t].data();
-    const float* x = reinterpret_cast<const float*>(aligned_acts[t].data());
-    for (int64_t r = 0; r < c.rows; ++r) {
-      std::memcpy(aligned_row.data(), weights + r * row_bytes, row_bytes);
-      const float want = reference(aligned_row.data(), act, x, deq.data());
-      const float got = out0[t * out_stride + r];
-      if (bits(got) != bits(want) && wrong++ < 5)
-        ADD_FAILURE() << "token " << t << " row " << r << ": got " << got << " want " << want;
+    std::vector<float> deq(c.hidden);
+    std::vector<uint32_t> aligned_row((row_bytes + 3) / 4);
+    int64_t wrong = 0;
+    for (int t = 0; t < c.tokens; ++t) {
+      const void* act = aligned_acts[t].data();
+      const float* x = reinterpret_cast<const float*>(aligned_acts[t].data());
+      for (int64_t r = 0; r < c.rows; ++r) {
+        std::memcpy(aligned_row.data(), weights + r * row_bytes, row_bytes);
+        const float want = reference(aligned_row.data(), act, x, deq.data());
+        const float got = out0[t * out_stride + r];
+        if (bits(got) != bits(want) && wrong++ < 5)
+          ADD_FAILURE() << "token " << t << " row " << r << ": got " << got << " want " << want;
+      }
     }
-  }
-  EXPECT_EQ(wrong, 0);
-  // Nothing outside [t][0, rows) was written.
-  for (size_t i = 0; i < out.size(); ++i) {
-    const bool inside = i >= 3 && (i - 3) % out_stride < size_t(c.rows) && (i - 3) / out_stride < size_t(c.tokens);
-    if (!inside) {
-      ASSERT_EQ(bits(out[i]), kSentinel) << "out-of-bounds write at cell " << i;
+    EXPECT_EQ(wrong, 0);
+    // Nothing outside [t][0, rows) was written.
+    for (size_t i = 0; i < out.size(); ++i) {
+      const bool inside = i >= 3 && (i - 3) % out_stride < size_t(c.rows) && (i - 3) / out_stride < size_t(c.tokens);
+      if (!inside) {
+        ASSERT_EQ(bits(out[i]), kSentinel) << "out-of-bounds write at cell " << i;
+      }
     }
   }
 }

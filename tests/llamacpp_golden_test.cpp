@@ -122,7 +122,9 @@ TEST_P(LlamaCppTiledRoute, EqualsLlamaCppWhereLlamaCppTiles) {
   const std::string type = c.type;
   if (type == "q4_K" || type == "q5_K" || type == "q6_K") {
     EXPECT_EQ(r.reproduces_llamacpp, r.llamacpp_path == "tiled_kquant") << type << " at T = " << c.tokens;
-    if (r.reproduces_llamacpp) EXPECT_TRUE(same_bytes(r.logits, g.want.values)) << type << " at T = " << c.tokens;
+    if (r.reproduces_llamacpp) {
+      EXPECT_TRUE(same_bytes(r.logits, g.want.values)) << type << " at T = " << c.tokens;
+    }
   } else {
     const RunResult d = run(g, c.tokens, std::get<1>(GetParam()), Route::vec_dot);
     EXPECT_TRUE(same_bytes(r.logits, d.logits)) << type << " at T = " << c.tokens;

@@ -235,6 +235,10 @@ void CpuBackend::run_rows(int worker, const TokenActs& acts, const TileKernel ke
   float* capped_tile = reinterpret_cast<float*>(w.capped_tile.get());
   Stages& st = out.stages;
 
+  // With one kernel call per tile (one slice of tokens), each call after the worker's first sees
+  // the scratch its predecessor left for the same activations.
+  const bool one_slice = grouped_ == 0 && acts.tokens <= kMaxKernelTokens;
+  bool prepared = false;
   for (int64_t first = rows.begin; first < rows.end; first += kTileRows) {
     const int64_t n = std::min(kTileRows, rows.end - first);
     HeadTile tile{head_.weights + first * head_.row_bytes, head_.row_bytes, n, head_.hidden};
@@ -244,8 +248,10 @@ void CpuBackend::run_rows(int worker, const TokenActs& acts, const TileKernel ke
       TokenActs slice = acts;
       slice.data = acts.data + size_t(t0) * acts.stride;
       slice.tokens = std::min(kMaxKernelTokens, (grouped ? grouped_ : acts.tokens) - t0);
+      slice.scratch_prepared = prepared;
       (grouped ? grouped_kernel_ : kernel)(tile, slice, RawOut{raw + size_t(t0) * kTileRows, size_t(kTileRows)},
                                            w.kernel_scratch.get());
+      prepared = one_slice;
       t0 += slice.tokens;
     }
 

@@ -32,6 +32,10 @@ struct TokenActs {
   const uint8_t* data = nullptr;
   size_t stride = 0;
   int tokens = 0;
+  // True when the previous call on the same scratch was the same kernel with these same
+  // activations (the next tile of one backend call), so a kernel may reuse the token-side
+  // preparation it left there. False: prepare again.
+  bool scratch_prepared = false;
 };
 
 // raw[t * stride + r] receives the dot of row r with token t.

@@ -374,14 +374,19 @@ void q5_K_q8(const HeadTile& tile, const TokenActs& acts, const RawOut& out, voi
     return;
   }
   // From five tokens: pairs of tokens in the halves of 512-bit registers, every super-block decoded
-  // once for all of them (dot_pairs512).
+  // once for all of them (dot_pairs512). The token side (PairTokens and the interleaved quants,
+  // about 7 % of a 64-row tile at sixteen tokens) is made by a worker's first tile of a call and
+  // read by its later ones (TokenActs::scratch_prepared).
   PairTokens* ptok = reinterpret_cast<PairTokens*>(base);
-  prepare_pair_tokens(acts, nb, ptok);
   const size_t pair_bytes = size_t(nb) * 512;
   uint8_t* pairs = base + align64(size_t(nb) * sizeof(PairTokens));
-  for (int t = 0; t < acts.tokens; t += 2)
-    interleave_pair(acts.data + size_t(t) * acts.stride,
-                    t + 1 < acts.tokens ? acts.data + size_t(t + 1) * acts.stride : nullptr, nb, pairs + (t / 2) * pair_bytes);
+  if (!acts.scratch_prepared) {
+    prepare_pair_tokens(acts, nb, ptok);
+    for (int t = 0; t < acts.tokens; t += 2)
+      interleave_pair(acts.data + size_t(t) * acts.stride,
+                      t + 1 < acts.tokens ? acts.data + size_t(t + 1) * acts.stride : nullptr, nb,
+                      pairs + (t / 2) * pair_bytes);
+  }
   const uint8_t* y[8];
   const int np = (acts.tokens + 1) / 2;
   for (int k = 0; k < np; ++k) y[k] = pairs + k * pair_bytes;
