@@ -229,5 +229,26 @@ TEST(CpuKernels, TiledOrderMatchesLlamaCppDots) {
   }
 }
 
+// The K-quant kernels' int16 stages at their bounds: every fourth token's q8 all 127, so the
+// largest levels meet full-scale activations (maddubs pairs up to 2 * 63 * 127, the AVX-512 Q5_K
+// kernel's word-packed sums up to 4 * 31 * 127) and a super-block's sums pass 2^24.
+TEST(CpuKernels, KQuantsAtFullScaleActivations) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+    for (Isa isa : {Isa::avx2, Isa::avx512}) {
+      if (!cpu_supports(isa)) continue;
+      const KernelSet ks = kernels_for(type, isa);
+      if (ks.q8_isa != isa) continue;
+      for (int tokens : {1, 4, 5, 16}) {
+        const KernelCase c{type, ActivationRoute::q8, 13, 1024, tokens};
+        SCOPED_TRACE(describe(c) + " " + isa_name(isa));
+        check_tile(c, 900 + tokens + 7 * int(type), ks.q8, quant::activation_format(type, ActivationRoute::q8),
+                   [&](const void* row, const void* act, const float*, float*) {
+                     return quant::vec_dot_q8_route(type, row, act, c.hidden);
+                   },
+                   /*extremes=*/true);
+      }
+    }
+}
+
 }  // namespace
 }  // namespace lmhead::cpu
