@@ -290,13 +290,12 @@ std::unique_ptr<Backend> cpu::make_cpu_backend_limited(const HeadView& head, int
 
 double measure_cpu_read_ceiling_gbps(uint64_t bytes, int threads) {
   using namespace cpu;
-  bytes = std::max<uint64_t>(bytes, 1 << 20) / 4096 * 4096;
-  ThreadPool pool(threads);
   // In huge pages where the kernel gives them (transparent huge pages in "madvise" mode): a mapped
   // head file's page cache comes in large folios, and a stream over 4 KiB pages is measurably
   // slower (docs/performance.md, "The machine"), which would make the ceiling no ceiling.
-  constexpr size_t kHugePage = size_t(2) << 20;
-  bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  constexpr uint64_t kHugePage = uint64_t(2) << 20;
+  bytes = (std::max<uint64_t>(bytes, 1 << 20) + kHugePage - 1) / kHugePage * kHugePage;
+  ThreadPool pool(threads);
   AlignedBytes buffer = aligned_bytes(bytes, kHugePage);
   ::madvise(buffer.get(), bytes, MADV_HUGEPAGE);  // advice only: without it the stream runs as before
   const int parts = pool.size();

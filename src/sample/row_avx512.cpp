@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "sample/exp.hpp"
 #include "sample/row.hpp"
 #include "sample/weight_math.hpp"
 
@@ -42,28 +43,19 @@ void join(__m512d (&p)[N]) {
 // row_avx2.cpp's expn, eight lanes per vector; the comments there say why each step is as it is.
 template <int N>
 void expn(const __m512d (&x)[N], __m512d (&y)[N]) {
-  const __m512d shifter = _mm512_set1_pd(0x1.8p52);
+  // exp.hpp's constants, the same table sample::exp reads.
+  const double* c = kExpConstants;
+  const __m512d shifter = _mm512_set1_pd(c[15]);
   __m512d kd[N], r[N], p[N];
   for (int j = 0; j < N; ++j)
-    kd[j] = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(x[j], _mm512_set1_pd(0x1.71547652b82fep+0)), shifter), shifter);
-  for (int j = 0; j < N; ++j) r[j] = _mm512_sub_pd(x[j], _mm512_mul_pd(kd[j], _mm512_set1_pd(0x1.62e42fee00000p-1)));
-  for (int j = 0; j < N; ++j) r[j] = _mm512_sub_pd(r[j], _mm512_mul_pd(kd[j], _mm512_set1_pd(0x1.a39ef35793c76p-33)));
-  for (int j = 0; j < N; ++j) p[j] = _mm512_set1_pd(0x1.6124613a86d09p-33);
-#define LMHEAD_HORNER(c) \
-  for (int j = 0; j < N; ++j) p[j] = _mm512_add_pd(_mm512_mul_pd(p[j], r[j]), _mm512_set1_pd(c)); \
-  join(p);
-  LMHEAD_HORNER(0x1.1eed8eff8d898p-29)
-  LMHEAD_HORNER(0x1.ae64567f544e4p-26)
-  LMHEAD_HORNER(0x1.27e4fb7789f5cp-22)
-  LMHEAD_HORNER(0x1.71de3a556c734p-19)
-  LMHEAD_HORNER(0x1.a01a01a01a01ap-16)
-  LMHEAD_HORNER(0x1.a01a01a01a01ap-13)
-  LMHEAD_HORNER(0x1.6c16c16c16c17p-10)
-  LMHEAD_HORNER(0x1.1111111111111p-7)
-  LMHEAD_HORNER(0x1.5555555555555p-5)
-  LMHEAD_HORNER(0x1.5555555555555p-3)
-  LMHEAD_HORNER(0.5)
-#undef LMHEAD_HORNER
+    kd[j] = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(x[j], _mm512_set1_pd(c[0])), shifter), shifter);
+  for (int j = 0; j < N; ++j) r[j] = _mm512_sub_pd(x[j], _mm512_mul_pd(kd[j], _mm512_set1_pd(c[1])));
+  for (int j = 0; j < N; ++j) r[j] = _mm512_sub_pd(r[j], _mm512_mul_pd(kd[j], _mm512_set1_pd(c[2])));
+  for (int j = 0; j < N; ++j) p[j] = _mm512_set1_pd(c[3]);
+  for (int i = 4; i <= 14; ++i) {
+    for (int j = 0; j < N; ++j) p[j] = _mm512_add_pd(_mm512_mul_pd(p[j], r[j]), _mm512_set1_pd(c[i]));
+    join(p);
+  }
   for (int j = 0; j < N; ++j) {
     p[j] = _mm512_add_pd(r[j], _mm512_mul_pd(_mm512_mul_pd(p[j], r[j]), r[j]));
     p[j] = _mm512_add_pd(_mm512_set1_pd(1.0), p[j]);

@@ -125,6 +125,15 @@ struct Cut {
   double t = 1;
 };
 
+// The z of ids [b, b + n) of the range whose logits x start at id `begin`: the scratch's, or in the
+// direct mode formed again into `buffer` (the same doubles round 1 formed).
+const double* chunk_z(const Cut& cut, const float* x, int64_t begin, int64_t b, int64_t n, const Scratch& s,
+                      double* buffer) {
+  if (!cut.direct) return s.z.data() + b;
+  scaled_logits(x + (b - begin), n, cut.t, buffer);
+  return buffer;
+}
+
 // Round 2 of a range: the integer weight of each kept id (left in the scratch), their sums per
 // 512-id chunk (a chunk cut by a range bound gets a partial sum from each side) and, for top-p,
 // per rank bucket.
@@ -160,11 +169,7 @@ Round2 round2(const Cut& cut, const float* x, int64_t begin, int64_t end, Scratc
   uint64_t w_chunk[kChunk];
   for (int64_t b = begin; b < end;) {
     const int64_t e = std::min(end, (b / kChunk + 1) * kChunk);
-    const double* z = s.z.data() + b;
-    if (cut.direct) {
-      scaled_logits(x + (b - begin), e - b, cut.t, z_chunk);
-      z = z_chunk;
-    }
+    const double* z = chunk_z(cut, x, begin, b, e - b, s, z_chunk);
     // Without top-p or kept_weights the weights are not read again: the draw recomputes its chunk.
     uint64_t* wb = cut.keep_weights ? w + b : w_chunk;
     r.chunk_sums[size_t(b / kChunk - r.first_chunk)] +=
@@ -346,8 +351,8 @@ int32_t draw(const Plan& p, std::span<const float* const> starts, std::span<cons
         for (size_t r = 0; r + 1 < bounds.size(); ++r) {
           const int64_t b = std::max(first, bounds[r]), e = std::min(last, bounds[r + 1]);
           if (b >= e) continue;
-          scaled_logits(starts[r] + (b - bounds[r]), e - b, p.cut.t, z);
-          row_weights(z, e - b, p.cut.max, p.cut.min_p, w_chunk + (b - first), nullptr);
+          row_weights(chunk_z(p.cut, starts[r], bounds[r], b, e - b, s, z), e - b, p.cut.max, p.cut.min_p,
+                      w_chunk + (b - first), nullptr);
         }
         w = w_chunk;
       }
