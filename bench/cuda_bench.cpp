@@ -334,6 +334,11 @@ int main(int argc, char** argv) {
       add("staged", false, {{1, 2, HeadKernel::q5k_lanes}, {1, 16, HeadKernel::q5k_mma, 12}});
       add("n8", false, {{3, 16, HeadKernel::q5k_stream_n, 8}});
       add("n16", false, {{3, 16, HeadKernel::q5k_stream_n, 16}});
+      // The tokens-in-N kernel in registers (the plan's row before the staged kernel) and staged
+      // by bulk copies with 8 or 16 warps (the plan's: 12).
+      add("regs n12", false, {{1, 16, HeadKernel::q5k_stream_n, 12}});
+      add("tma n8", false, {{1, 16, HeadKernel::q5k_tma_n, 8}});
+      add("tma n16", false, {{1, 16, HeadKernel::q5k_tma_n, 16}});
       // The plan of a backend holding both Q5_K stream layouts (EngineOptions::cuda_second_layout):
       // its gain over the default's one copy at T <= 2 (the lanes layout is uploaded by its first call).
       add("two layouts", false, {{1, 1, HeadKernel::q5k_stream, 16}, {2, 2, HeadKernel::q5k_tma, 16}});
@@ -416,7 +421,8 @@ int main(int argc, char** argv) {
         ForwardRequest tr = req;
         tr.route = Route::llamacpp;
         tr.llamacpp_path = quant::LlamaCppPath::tiled_kquant;
-        for (cuda::HeadKernel k : {cuda::HeadKernel::q5k_stream_n_tiled, cuda::HeadKernel::q5k_stream_tiled})
+        for (cuda::HeadKernel k : {cuda::HeadKernel::q5k_stream_n_tiled, cuda::HeadKernel::q5k_stream_tiled,
+                                   cuda::HeadKernel::q5k_tma_n_tiled, cuda::HeadKernel::q5k_tma_tiled})
           for (int T : {1, 16}) {
             ForwardRequest lr = tr;
             lr.want_logits = true;
@@ -433,11 +439,11 @@ int main(int argc, char** argv) {
                         cuda::kernel_name(cuda::last_call(*gpu).kernel), diff, a.logits.size());
           }
         // K = one sub-block on the lanes layout (both copies held) at 16 warps x 2 buffers, then the
-        // sub-blocks layout's kernel at each of its warp counts.
-        const std::pair<cuda::HeadKernel, int> tiled_kernels[] = {{cuda::HeadKernel::q5k_stream_tiled, 16},
-                                                                  {cuda::HeadKernel::q5k_stream_n_tiled, 16},
-                                                                  {cuda::HeadKernel::q5k_stream_n_tiled, 12},
-                                                                  {cuda::HeadKernel::q5k_stream_n_tiled, 8}};
+        // sub-blocks layout's kernel at 16 warps; each also staged by bulk copies at 16 and 12 warps.
+        const std::pair<cuda::HeadKernel, int> tiled_kernels[] = {
+            {cuda::HeadKernel::q5k_stream_tiled, 16}, {cuda::HeadKernel::q5k_tma_tiled, 16},
+            {cuda::HeadKernel::q5k_tma_tiled, 12},    {cuda::HeadKernel::q5k_stream_n_tiled, 16},
+            {cuda::HeadKernel::q5k_tma_n_tiled, 16},  {cuda::HeadKernel::q5k_tma_n_tiled, 12}};
         for (const auto& [kernel, warps] : tiled_kernels) {
           cuda::Tuning w = cuda::force_kernel(kernel, warps);
           w.hooks = best.hooks;
@@ -546,6 +552,19 @@ int main(int argc, char** argv) {
             w.hooks = best.hooks;
             cuda::set_tuning(*b, w);
             time_tiled({1, 2, 4});
+          }
+          // Tokens in N with the items in registers, and staged by bulk copies at 16 and 12 warps.
+          const bool q4 = type == TensorType::Q4_K;
+          const std::pair<cuda::HeadKernel, int> tokens_n_kernels[] = {
+              {q4 ? cuda::HeadKernel::q4k_stream_tiled : cuda::HeadKernel::q6k_tiled_n, 16},
+              {q4 ? cuda::HeadKernel::q4k_tma_tiled : cuda::HeadKernel::q6k_tma_tiled, 16},
+              {q4 ? cuda::HeadKernel::q4k_tma_tiled : cuda::HeadKernel::q6k_tma_tiled, 12}};
+          for (const auto& [kernel, warps] : tokens_n_kernels) {
+            cuda::Tuning w = cuda::force_kernel(kernel, warps);
+            w.hooks = best.hooks;
+            cuda::set_tuning(*b, w);
+            std::printf("%s route tiled, %s with %d warps:\n", name.c_str(), cuda::kernel_name(kernel), warps);
+            time_tiled({1, 2, 4, 8, 16});
           }
           cuda::set_tuning(*b, best);
           time_tiled({1, 2, 4, 8, 16});

@@ -233,14 +233,14 @@ stress_and_rounds
 
 step "compute-sanitizer memcheck"
 timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-  "$BUILD/lmhead_tests" --gtest_filter='CudaBackend.GoldenFilesByteForByte:CudaBackend.SaturatedCapTies:HeadTypes/TiledRoute.*/q5_K:HeadTypes/TiledRoute.*/q6_K' 2>&1 |
+  "$BUILD/lmhead_tests" --gtest_filter='CudaBackend.GoldenFilesByteForByte:CudaBackend.SaturatedCapTies:CudaBackend.TokensInNKernelsOnSmallHeads:HeadTypes/TiledRoute.*/q5_K:HeadTypes/TiledRoute.*/q6_K' 2>&1 |
   tail -25 | tee "$OUT/memcheck.log"
 MEMCHECK_RC=$?
 step "compute-sanitizer racecheck"
-# The default route's kernels (golden files) and route tiled's tokens-in-N kernels on Q5_K and Q6_K
-# heads, whose shared-memory staging differs.
+# The default route's kernels (golden files), route tiled's tokens-in-N kernels on Q5_K and Q6_K
+# heads, whose shared-memory staging differs, and each kernel staged by bulk copies once.
 timeout 180 compute-sanitizer --tool racecheck --error-exitcode 9 \
-  "$BUILD/lmhead_tests" --gtest_filter='CudaBackend.GoldenFilesByteForByte:HeadTypes/TiledRoute.*/q5_K:HeadTypes/TiledRoute.*/q6_K' 2>&1 | tail -15 | tee "$OUT/racecheck.log"
+  "$BUILD/lmhead_tests" --gtest_filter='CudaBackend.GoldenFilesByteForByte:CudaBackend.StagedKernelsOnceEach:HeadTypes/TiledRoute.*/q5_K:HeadTypes/TiledRoute.*/q6_K' 2>&1 | tail -15 | tee "$OUT/racecheck.log"
 RACECHECK_RC=$?
 
 step "benchmark (Muse shape, synthesized in memory)"

@@ -251,6 +251,101 @@ TEST(CudaBackend, Q5KStreamTokensInNAgrees) {
   }
 }
 
+// The tokens-in-N kernels with their items staged by bulk copies (TMA rings sized to the shared
+// memory left beside the token runs) and the register kernels of the same orders: every tensor-core
+// kernel of route tiled (llama.cpp's tiled K-quant order) for Q4_K, Q5_K and Q6_K, and vec_dot's
+// Q5_K order staged, at each warp configuration, against the scalar backend's bytes. Shapes with an
+// odd number of super-blocks, one super-block, and vocabularies that end inside a tile.
+struct HeadShape {
+  int64_t V, H;
+};
+void expect_tokens_in_n_kernels_agree(std::initializer_list<HeadShape> shapes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+    for (const auto& sh : shapes) {
+      const RandomHead head = random_head(type, sh.V, sh.H, rng);
+      auto scalar = make_scalar_backend(head.view);
+      auto gpu = make_cuda_backend(head.view, 1);
+      for (bool tiled : {true, false}) {
+        std::vector<cuda::HeadKernel> kernels;
+        for (cuda::HeadKernel k : cuda::kHeadKernels) {
+          const bool tensor_core_tiled = cuda::is_llamacpp_kernel(k) && cuda::desc(k).type == type &&
+                                         k != cuda::HeadKernel::llamacpp_repack;
+          if (tiled ? tensor_core_tiled : k == cuda::HeadKernel::q5k_tma_n && type == TensorType::Q5_K) kernels.push_back(k);
+        }
+        if (kernels.empty()) continue;
+        ForwardRequest req;
+        req.want_logits = true;
+        req.top_k = int(std::min<int64_t>(3, sh.V));
+        if (tiled) {
+          req.route = Route::llamacpp;
+          req.llamacpp_path = quant::LlamaCppPath::tiled_kquant;
+        }
+        for (int T : {1, 3, 8, 9, 16}) {
+          const std::vector<float> hidden = random_hidden(T, sh.H, rng);
+          const ForwardOutput ref = run(*scalar, hidden, T, req);
+          for (cuda::HeadKernel k : kernels)
+            for (int warps : cuda::desc(k).warps) {
+              if (warps == 0) continue;
+              cuda::Tuning t = cuda::force_kernel(k, warps);
+              t.hooks.check_guards = true;
+              cuda::set_tuning(*gpu, t);
+              for (int rep = 0; rep < 2; ++rep) {
+                const ForwardOutput got = run(*gpu, hidden, T, req);
+                const cuda::CallInfo info = cuda::last_call(*gpu);
+                EXPECT_EQ(info.kernel, k);
+                EXPECT_TRUE(info.guards_intact) << name_of(k) << " wrote outside the logits";
+                expect_same(ref, got, req,
+                            std::string(tensor_type_name(type)) + " V=" + std::to_string(sh.V) + " H=" +
+                                std::to_string(sh.H) + " T=" + std::to_string(T) + " " + name_of(k) + " warps " +
+                                std::to_string(warps) + " rep " + std::to_string(rep));
+              }
+            }
+        }
+      }
+    }
+}
+
+TEST(CudaBackend, TokensInNKernelsStagedOrNotAgree) {
+  SKIP_WITHOUT_GPU();
+  expect_tokens_in_n_kernels_agree({{4099, 768}, {20011, 1280}}, seed_of_this_run() + 14);
+}
+
+// Each staged kernel once per token tile count on one small head: short enough for
+// compute-sanitizer's racecheck (bench/gpu.sh), which watches their rings and barriers.
+TEST(CudaBackend, StagedKernelsOnceEach) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 17);
+  const struct { TensorType type; cuda::HeadKernel kernel; } staged[] = {
+      {TensorType::Q5_K, cuda::HeadKernel::q5k_tma_n},     {TensorType::Q5_K, cuda::HeadKernel::q5k_tma_n_tiled},
+      {TensorType::Q5_K, cuda::HeadKernel::q5k_tma_tiled}, {TensorType::Q4_K, cuda::HeadKernel::q4k_tma_tiled},
+      {TensorType::Q6_K, cuda::HeadKernel::q6k_tma_tiled}};
+  for (const auto& s : staged) {
+    const RandomHead head = random_head(s.type, 37, 512, rng);
+    auto scalar = make_scalar_backend(head.view);
+    auto gpu = make_cuda_backend(head.view, 1);
+    ForwardRequest req;
+    req.want_logits = true;
+    if (cuda::is_llamacpp_kernel(s.kernel)) {
+      req.route = Route::llamacpp;
+      req.llamacpp_path = quant::LlamaCppPath::tiled_kquant;
+    }
+    cuda::set_tuning(*gpu, cuda::force_kernel(s.kernel, 16));
+    for (int T : {3, 9}) {
+      const std::vector<float> hidden = random_hidden(T, 512, rng);
+      const ForwardOutput got = run(*gpu, hidden, T, req);
+      EXPECT_EQ(cuda::last_call(*gpu).kernel, s.kernel);
+      expect_same(run(*scalar, hidden, T, req), got, req, name_of(s.kernel) + " T=" + std::to_string(T));
+    }
+  }
+}
+
+// The same on two small heads (bench/gpu.sh runs it under memcheck).
+TEST(CudaBackend, TokensInNKernelsOnSmallHeads) {
+  SKIP_WITHOUT_GPU();
+  expect_tokens_in_n_kernels_agree({{1, 256}, {37, 512}}, seed_of_this_run() + 15);
+}
+
 // The register stream kernel on the other stream layouts (Q4_K: four min lanes; Q6_K: signed
 // scales, unsigned levels, each lane's offset share from the bsums (§5b); Q8_0: per-block d
 // products): odd super-block counts, one super-block, vocabularies ending inside a tile, every warp
@@ -462,15 +557,17 @@ TEST(CudaBackend, HeadCopiesFollowThePlans) {
   EXPECT_EQ(both->device_bytes(), 2 * stream_bytes);
   ForwardRequest req;
   req.want_logits = true;
-  for (int T : {1, 2, 5}) {
+  for (int T : {1, 2, 5, 9}) {
     const std::vector<float> hidden = random_hidden(T, H, rng);
     const ForwardOutput want = run(*scalar, hidden, T, req);
+    // Tokens in N on the one copy: staged by bulk copies up to 8 tokens, in registers above.
+    const cuda::HeadKernel tokens_n = T <= 8 ? cuda::HeadKernel::q5k_tma_n : cuda::HeadKernel::q5k_stream_n;
     expect_same(want, run(*gpu, hidden, T, req), req, "q8 route T=" + std::to_string(T));
-    EXPECT_EQ(cuda::last_call(*gpu).kernel, cuda::HeadKernel::q5k_stream_n);
+    EXPECT_EQ(cuda::last_call(*gpu).kernel, tokens_n);
     expect_same(want, run(*both, hidden, T, req), req, "q8 route, two layouts, T=" + std::to_string(T));
     EXPECT_EQ(cuda::last_call(*both).kernel, T == 1   ? cuda::HeadKernel::q5k_stream
                                              : T == 2 ? cuda::HeadKernel::q5k_tma
-                                                      : cuda::HeadKernel::q5k_stream_n);
+                                                      : tokens_n);
   }
   EXPECT_EQ(cuda::head_device_bytes(*gpu), stream_bytes);
   ForwardRequest f32 = req;

@@ -42,9 +42,10 @@ TEST(CudaPlan, Q5KDefaults) {
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 1, all).kernel, HeadKernel::q5k_stream);
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 1, all).warps, 16);
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 2, all).kernel, HeadKernel::q5k_tma);
+  // Tokens in N: staged by bulk copies up to 8 tokens, in registers above.
   for (int T = 3; T <= 16; ++T) {
-    EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, T, all).kernel, HeadKernel::q5k_stream_n) << T;
-    EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, T, all).warps, 12) << T;
+    EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, T, all).kernel, T <= 8 ? HeadKernel::q5k_tma_n : HeadKernel::q5k_stream_n) << T;
+    EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, T, all).warps, T <= 8 ? 16 : 12) << T;
   }
   // Without the stream copies: the staged kernels on the file's rows.
   const cuda::PlanDevice rows = device(hidden, kRows);
@@ -81,18 +82,19 @@ TEST(CudaPlan, OtherTypesAndOverrides) {
   EXPECT_EQ(cuda::choose(TensorType::Q6_K, false, 4, all, mma).kernel, HeadKernel::q6k_stream);
   const cuda::PlanRow tma[] = {{1, 16, HeadKernel::q5k_tma, 0}};
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 1, all, tma).kernel, HeadKernel::q5k_tma);
-  EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 3, all, tma).kernel, HeadKernel::q5k_stream_n);
+  EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 3, all, tma).kernel, HeadKernel::q5k_tma_n);
 }
 
 // One copy of a Q5_K head by default (the sub-blocks split): tokens in N at every T. A forced row
 // may still ask for the lanes split, which the backend then uploads on demand.
 TEST(CudaPlan, Q5KWithOneCopy) {
   cuda::PlanDevice one = device(6656, kRows | cuda::copy_bit(HeadCopy::subblocks));
-  for (int T : {1, 2, 3, 16}) EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, T, one).kernel, HeadKernel::q5k_stream_n) << T;
+  for (int T : {1, 2, 3, 8}) EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, T, one).kernel, HeadKernel::q5k_tma_n) << T;
+  EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 16, one).kernel, HeadKernel::q5k_stream_n);
   const cuda::PlanRow regs[] = {{1, 2, HeadKernel::q5k_stream, 16}};
-  EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 1, one, regs).kernel, HeadKernel::q5k_stream_n);
+  EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 1, one, regs).kernel, HeadKernel::q5k_tma_n);
   one.on_demand = cuda::copy_bit(HeadCopy::lanes);
-  EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 1, one).kernel, HeadKernel::q5k_stream_n);  // tables: held copies only
+  EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 1, one).kernel, HeadKernel::q5k_tma_n);  // tables: held copies only
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, false, 1, one, regs).kernel, HeadKernel::q5k_stream);
 }
 
@@ -107,22 +109,31 @@ TEST(CudaPlan, LlamaCppRouteTakesThePathsKernel) {
   EXPECT_THROW(cuda::plan_route(false, Route::llamacpp, LlamaCppPath::unsupported), Error);
   const cuda::PlanRow mma[] = {{1, 16, HeadKernel::q5k_mma, 8}};
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 8, all, mma).kernel,
-            HeadKernel::q5k_stream_tiled);
+            HeadKernel::q5k_tma_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 1, all).kernel, HeadKernel::q5k_stream_tiled);
   const cuda::PlanDevice subblocks = device(4096, kRows | cuda::copy_bit(HeadCopy::subblocks));
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 8, subblocks).kernel,
             HeadKernel::q5k_stream_n_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 9, subblocks).kernel,
+            HeadKernel::q5k_tma_n_tiled);
   const cuda::PlanRow tiled12[] = {{1, 16, HeadKernel::q5k_stream_n_tiled, 12}};
   const cuda::Plan tuned = cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 8, all, tiled12);
   EXPECT_EQ(tuned.kernel, HeadKernel::q5k_stream_n_tiled);
   EXPECT_EQ(tuned.warps, 12);
   EXPECT_EQ(cuda::choose(TensorType::Q5_K, cuda::PlanRoute::llamacpp_tiled, 16, device(4096, kRows)).kernel,
             HeadKernel::llamacpp_tiled);
-  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::q6k_tiled_n);
-  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 2, all).kernel, HeadKernel::q6k_tiled_n);
+  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::q6k_tma_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 2, all).kernel, HeadKernel::q6k_tma_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 16, all).warps, 12);
+  // Without room for two stages per warp beside the runs: the register kernel.
+  cuda::PlanDevice small = all;
+  small.smem_optin = cuda::plan_smem(HeadKernel::q6k_tiled_n, 16, all.groups, 8) + 8192;
+  EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, small).kernel, HeadKernel::q6k_tiled_n);
   EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 1, all).kernel, HeadKernel::q6k_stream_tiled);
   EXPECT_EQ(cuda::choose(TensorType::Q6_K, cuda::PlanRoute::llamacpp_tiled, 8, device(4096, kRows)).kernel,
             HeadKernel::llamacpp_tiled);
-  EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::q4k_stream_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_tiled, 8, all).kernel, HeadKernel::q4k_tma_tiled);
+  EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_tiled, 1, all).kernel, HeadKernel::q4k_stream_tiled);
   EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_tiled, 8, device(4096, kRows)).kernel,
             HeadKernel::llamacpp_tiled);
   EXPECT_EQ(cuda::choose(TensorType::Q4_K, cuda::PlanRoute::llamacpp_repack, 16, all).kernel,

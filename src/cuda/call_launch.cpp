@@ -50,6 +50,11 @@ void launch_head(const Shape& s, HeadParams& hp, TensorType type, int num_sms, c
       case HeadKernel::q5k_stream_tiled: launch_kquant_tiled(hp, warps, TensorType::Q5_K, pdl, num_sms, stream); break;
       case HeadKernel::q4k_stream_tiled: launch_kquant_tiled(hp, warps, TensorType::Q4_K, pdl, num_sms, stream); break;
       case HeadKernel::q6k_tiled_n: launch_kquant_tiled(hp, warps, TensorType::Q6_K, pdl, num_sms, stream); break;
+      case HeadKernel::q5k_tma_n: launch_q5k_stream_n_staged(hp, warps, false, pdl, num_sms, stream); break;
+      case HeadKernel::q5k_tma_n_tiled: launch_q5k_stream_n_staged(hp, warps, true, pdl, num_sms, stream); break;
+      case HeadKernel::q5k_tma_tiled: launch_kquant_tiled_staged(hp, warps, TensorType::Q5_K, pdl, num_sms, stream); break;
+      case HeadKernel::q4k_tma_tiled: launch_kquant_tiled_staged(hp, warps, TensorType::Q4_K, pdl, num_sms, stream); break;
+      case HeadKernel::q6k_tma_tiled: launch_kquant_tiled_staged(hp, warps, TensorType::Q6_K, pdl, num_sms, stream); break;
       case HeadKernel::q5k_lanes: launch_q5k_lanes(hp, pdl, num_sms, stream); break;
       case HeadKernel::q5k_mma: {
         MmaConfig mc;

@@ -159,6 +159,15 @@ size_t q5k_stream_n_smem(int groups, int tokens, bool llamacpp_tiled);
 // MMA's N, K = one sub-block (see kquant_tiled.cu). warps: 16, 12 or 8 (2, 3 or 4 item buffers).
 void launch_kquant_tiled(const HeadParams& p, int warps, TensorType type, bool pdl, int num_sms, cudaStream_t stream);
 size_t kquant_tiled_smem(int groups, int tokens);
+// The same two kernel families with the items staged in shared memory by bulk copies, as many
+// stages per warp as the device's shared memory allows next to the token runs (tokens_n.cuh,
+// staged_kernel); the smem functions give the least a launch of `warps` warps needs (two stages per warp).
+void launch_q5k_stream_n_staged(const HeadParams& p, int warps, bool llamacpp_tiled, bool pdl, int num_sms,
+                                cudaStream_t stream);
+size_t q5k_stream_n_staged_smem(int groups, int tokens, bool llamacpp_tiled, int warps);
+void launch_kquant_tiled_staged(const HeadParams& p, int warps, TensorType type, bool pdl, int num_sms,
+                                cudaStream_t stream);
+size_t kquant_tiled_staged_smem(int groups, int tokens, TensorType type, int warps);
 // Every head type on both routes, one thread per row, tokens in passes of 4; with a llama.cpp
 // order, that path's roundings instead of vec_dot's (numerics.md, "The llama.cpp route"). The
 // repacked Q4_K order takes the gemm's for tokens below T - T % 4 (whole groups of 4 of the call).

@@ -11,11 +11,11 @@
 // planes: 16 MMAs and 64 multiplies of the level words. Then, as there, r = fma(-dmin, s2, s1 * d)
 // and out = fma(r, y.d, out) once per super-block (numerics.md, "Route tiled").
 //
-// B in shared memory: per (super-block, token) a run of 64 words (kRunWords with its padding).
+// B in shared memory: per (super-block, token) a run of 64 words (tokens_n::run_word).
 // Thread q's sixteen words, (word (j, q), word (j, q + 4)) for j = 0..7 (word (j, k) = q8 bytes
 // 32j + 4k .. + 3), are four 16-byte chunks: chunk i holds j = 2i, 2i + 1 and sits at chunk position
 // 4i + q of the run. The eight threads of a 16-byte load phase (tokens g, g + 1; q = 0..3) then read
-// chunk positions 4i + q of two runs 80 words apart: eight different bank groups.
+// chunk positions 4i + q of two neighbouring runs, the odd one's swizzled: eight different bank groups.
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
@@ -29,7 +29,6 @@ namespace lmhead::cuda {
 namespace {
 
 using tokens_n::Acc;
-using tokens_n::kRunWords;
 using tokens_n::TokenSmem;
 
 // The B runs of the lanes split's K = one chunk: thread q's words (j, q) and (j, q + 4) of every
@@ -37,28 +36,19 @@ using tokens_n::TokenSmem;
 struct LanesRuns {
   template <int TTOT>
   __device__ static void stage_runs(const HeadParams& p, uint32_t* runs, int items) {
-    // 16-byte chunk c of a token's q8 holds words (j = c / 2, k = 4 (c % 2) .. + 3); word (j, k) goes
-    // to chunk position 4 (j / 2) + k % 4, slot 2 (j % 2) + k / 4. Slots past T get zeros.
-    for (int i = threadIdx.x; i < items * 16; i += blockDim.x) {
-      const int c = i & 15, it = i >> 4, sb = it / TTOT, t = it - sb * TTOT;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (t < p.T) v = reinterpret_cast<const uint4*>(p.act_qs + (size_t(sb) * kMaxTokens + t) * kActPitch)[c];
-      const int j = c >> 1, k0 = 4 * (c & 1);
-      uint32_t* run = runs + size_t(it) * kRunWords;
-      const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int k = k0 + u;
-        run[4 * (4 * (j >> 1) + (k & 3)) + 2 * (j & 1) + (k >> 2)] = wv[u];
-      }
-    }
+    // Word (j, k) goes to chunk position 4 (j / 2) + k % 4, slot 2 (j % 2) + k / 4.
+    tokens_n::stage_q8_runs<TTOT>(p, runs, items,
+                                  [](int j, int k) { return 4 * (4 * (j >> 1) + (k & 3)) + 2 * (j & 1) + (k >> 2); });
   }
 };
 
 template <bool Q4>
 struct LanesTiled : LanesRuns {
   using Item = lmhead::cuda::Item;
-  __device__ static void load(Item& it, const uint8_t* item, int lane) { load_item<Q4>(it, item, lane); }
+  template <class Src = FromGlobal>
+  __device__ static void load(Item& it, const uint8_t* item, int lane) {
+    load_item<Q4, Src>(it, item, lane);
+  }
   static constexpr int kItemBytes = Q4 ? stream::kQ4ItemBytes : stream::kItemBytes;
   static constexpr int kLanes = 1;
   static constexpr int kSumVecs = 2;  // tokens_n::stage_token_sums16 (the mins MMAs' B)
@@ -132,7 +122,10 @@ struct LanesTiled : LanesRuns {
 // out = fma(float(s1) * d, y.d, out) (numerics.md, "Route tiled").
 struct Q6LanesTiled : LanesRuns {
   using Item = Q6Item;
-  __device__ static void load(Item& it, const uint8_t* item, int lane) { load_q6_item(it, item, lane); }
+  template <class Src = FromGlobal>
+  __device__ static void load(Item& it, const uint8_t* item, int lane) {
+    load_q6_item<Src>(it, item, lane);
+  }
   static constexpr int kItemBytes = stream::kQ6ItemBytes;
   static constexpr int kLanes = 1;
   static constexpr int kSumVecs = 2;  // tokens_n::stage_token_sums16
@@ -207,6 +200,25 @@ struct Q6LanesTiled : LanesRuns {
 static_assert(LanesTiled<true>::kSumVecs == Q6LanesTiled::kSumVecs && LanesTiled<false>::kSumVecs == Q6LanesTiled::kSumVecs);
 size_t kquant_tiled_smem(int groups, int tokens) {
   return tokens_n::smem_bytes(groups, tokens <= 8 ? 8 : 16, Q6LanesTiled::kSumVecs);
+}
+
+size_t kquant_tiled_staged_smem(int groups, int tokens, TensorType type, int warps) {
+  const int ttot = tokens <= 8 ? 8 : 16;
+  const int item_bytes = type == TensorType::Q4_K   ? LanesTiled<true>::kItemBytes
+                         : type == TensorType::Q6_K ? Q6LanesTiled::kItemBytes
+                                                    : LanesTiled<false>::kItemBytes;
+  return tokens_n::staged_smem_bytes(groups, ttot, Q6LanesTiled::kSumVecs, warps, 2, item_bytes);
+}
+
+void launch_kquant_tiled_staged(const HeadParams& p, int warps, TensorType type, bool pdl, int num_sms,
+                                cudaStream_t stream) {
+  if (p.T < 1 || p.T > kMaxTokens) throw Error("launch_kquant_tiled_staged: 1 to 16 tokens per call");
+  switch (type) {
+    case TensorType::Q4_K: return tokens_n::launch_staged<LanesTiled<true>>(p, warps, pdl, num_sms, stream);
+    case TensorType::Q5_K: return tokens_n::launch_staged<LanesTiled<false>>(p, warps, pdl, num_sms, stream);
+    case TensorType::Q6_K: return tokens_n::launch_staged<Q6LanesTiled>(p, warps, pdl, num_sms, stream);
+    default: throw Error("launch_kquant_tiled_staged: Q4_K, Q5_K or Q6_K heads");
+  }
 }
 
 void launch_kquant_tiled(const HeadParams& p, int warps, TensorType type, bool pdl, int num_sms, cudaStream_t stream) {

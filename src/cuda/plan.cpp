@@ -60,6 +60,11 @@ size_t plan_smem(HeadKernel kernel, int warps, int groups, int tokens) {
     case HeadKernel::q5k_stream_tiled:
     case HeadKernel::q4k_stream_tiled:
     case HeadKernel::q6k_tiled_n: return kquant_tiled_smem(groups, tc);
+    case HeadKernel::q5k_tma_n: return q5k_stream_n_staged_smem(groups, tc, false, warps);
+    case HeadKernel::q5k_tma_n_tiled: return q5k_stream_n_staged_smem(groups, tc, true, warps);
+    case HeadKernel::q5k_tma_tiled: return kquant_tiled_staged_smem(groups, tc, TensorType::Q5_K, warps);
+    case HeadKernel::q4k_tma_tiled: return kquant_tiled_staged_smem(groups, tc, TensorType::Q4_K, warps);
+    case HeadKernel::q6k_tma_tiled: return kquant_tiled_staged_smem(groups, tc, TensorType::Q6_K, warps);
     case HeadKernel::q5k_lanes: return q5k_lanes_smem(groups, tc);
     case HeadKernel::q5k_mma: {
       MmaConfig c;

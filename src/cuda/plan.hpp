@@ -37,6 +37,12 @@ enum class HeadKernel : uint8_t {
   q5k_stream_tiled,     // the tiled order on the lanes stream layout: K = one sub-block (Q5_K)
   q4k_stream_tiled,     // ... on Q4_K's (kquant_tiled.cu)
   q6k_tiled_n,          // ... on Q6_K's: tokens in N, K = one 16-element sub-block
+  // The tokens-in-N kernels with their items staged in shared memory by bulk copies (TMA rings)
+  q5k_tma_n,            // q5k_stream_n's (vec_dot's order, sub-blocks copy)
+  q5k_tma_n_tiled,      // q5k_stream_n_tiled's (the tiled order, sub-blocks copy)
+  q5k_tma_tiled,        // q5k_stream_tiled's (the tiled order, lanes copy)
+  q4k_tma_tiled,        // q4k_stream_tiled's
+  q6k_tma_tiled,        // q6k_tiled_n's
 };
 
 constexpr HeadKernel kHeadKernels[] = {
@@ -44,7 +50,8 @@ constexpr HeadKernel kHeadKernels[] = {
     HeadKernel::q8_0_stream, HeadKernel::q5k_lanes, HeadKernel::q5k_mma,      HeadKernel::generic,
     HeadKernel::llamacpp_tiled, HeadKernel::llamacpp_repack, HeadKernel::llamacpp_float_vec, HeadKernel::llamacpp_float_sgemm,
     HeadKernel::q5k_stream_n_tiled, HeadKernel::q6k_stream_tiled, HeadKernel::q5k_stream_tiled,
-    HeadKernel::q4k_stream_tiled, HeadKernel::q6k_tiled_n};
+    HeadKernel::q4k_stream_tiled, HeadKernel::q6k_tiled_n, HeadKernel::q5k_tma_n, HeadKernel::q5k_tma_n_tiled,
+    HeadKernel::q5k_tma_tiled, HeadKernel::q4k_tma_tiled, HeadKernel::q6k_tma_tiled};
 
 // The device copies of a head (docs/cuda.md, "Device layouts").
 enum class HeadCopy : uint8_t {
@@ -100,6 +107,16 @@ constexpr KernelDesc kKernelDescs[] = {
      TensorType::Q4_K, HeadCopy::lanes, 16, false, {16, 12, 8}},
     {HeadKernel::q6k_tiled_n, "q6k_tiled_n", "int8 tensor cores, tokens in N, K = one sub-block, llama.cpp's tiled order",
      TensorType::Q6_K, HeadCopy::lanes, 16, false, {16, 12, 8}},
+    {HeadKernel::q5k_tma_n, "q5k_tma_n", "int8 tensor cores, tokens in N, TMA-staged weights", TensorType::Q5_K,
+     HeadCopy::subblocks, 16, false, {12, 8, 16}},
+    {HeadKernel::q5k_tma_n_tiled, "q5k_tma_n_tiled", "int8 tensor cores, tokens in N, TMA-staged weights, llama.cpp's tiled order",
+     TensorType::Q5_K, HeadCopy::subblocks, 16, false, {16, 12, 8}},
+    {HeadKernel::q5k_tma_tiled, "q5k_tma_tiled", "int8 tensor cores, tokens in N, K = one sub-block, TMA-staged weights, llama.cpp's tiled order",
+     TensorType::Q5_K, HeadCopy::lanes, 16, false, {16, 12, 8}},
+    {HeadKernel::q4k_tma_tiled, "q4k_tma_tiled", "int8 tensor cores, tokens in N, K = one sub-block, TMA-staged weights, llama.cpp's tiled order",
+     TensorType::Q4_K, HeadCopy::lanes, 16, false, {16, 12, 8}},
+    {HeadKernel::q6k_tma_tiled, "q6k_tma_tiled", "int8 tensor cores, tokens in N, K = one sub-block, TMA-staged weights, llama.cpp's tiled order",
+     TensorType::Q6_K, HeadCopy::lanes, 16, false, {16, 12, 8}},
 };
 static_assert(std::size(kKernelDescs) == std::size(kHeadKernels));
 
@@ -114,7 +131,8 @@ constexpr bool is_llamacpp_kernel(HeadKernel k) {
   return k == HeadKernel::llamacpp_tiled || k == HeadKernel::llamacpp_repack || k == HeadKernel::llamacpp_float_vec ||
          k == HeadKernel::llamacpp_float_sgemm || k == HeadKernel::q5k_stream_n_tiled ||
          k == HeadKernel::q6k_stream_tiled || k == HeadKernel::q5k_stream_tiled || k == HeadKernel::q4k_stream_tiled ||
-         k == HeadKernel::q6k_tiled_n;
+         k == HeadKernel::q6k_tiled_n || k == HeadKernel::q5k_tma_n_tiled || k == HeadKernel::q5k_tma_tiled ||
+         k == HeadKernel::q4k_tma_tiled || k == HeadKernel::q6k_tma_tiled;
 }
 // The kernels that compute the q8 and float routes of a head of type t (llama.cpp's orders are
 // chosen only through their own tables).
@@ -138,12 +156,13 @@ struct PlanRow {
 
 // Q5_K, q8 route. With both stream copies held (EngineOptions::cuda_second_layout): T = 1 in
 // registers, T = 2 through the TMA ring, T >= 3 tokens in N; with the sub-blocks copy alone (the
-// default), tokens in N at every T; the staged kernels on the file's rows only where no stream copy
-// is held. Figures: docs/performance.md (CUDA attempts 7, 10-12, 24; "One copy of the head").
+// default), tokens in N at every T: up to 8 tokens with the items staged by bulk copies, above in
+// registers; the cp.async kernels on the file's rows only where no stream copy is held. Figures:
+// docs/performance.md (CUDA attempts 7, 10-12, 24, 43; "One copy of the head").
 constexpr PlanRow kQ5KPlan[] = {
-    {1, 1, HeadKernel::q5k_stream, 16},  {2, 2, HeadKernel::q5k_tma, 16},   {1, 2, HeadKernel::q5k_stream, 16},
-    {1, 16, HeadKernel::q5k_stream_n, 12}, {1, 2, HeadKernel::q5k_lanes, 0}, {1, 16, HeadKernel::q5k_mma, 12},
-    {1, 16, HeadKernel::generic, 0}};
+    {1, 1, HeadKernel::q5k_stream, 16},  {2, 2, HeadKernel::q5k_tma, 16},       {1, 2, HeadKernel::q5k_stream, 16},
+    {1, 8, HeadKernel::q5k_tma_n, 16},   {1, 16, HeadKernel::q5k_stream_n, 12}, {1, 2, HeadKernel::q5k_lanes, 0},
+    {1, 16, HeadKernel::q5k_mma, 12},    {1, 16, HeadKernel::generic, 0}};
 // Q4_K in passes of two tokens (two passes of two beat one of four).
 constexpr PlanRow kQ4KPlan[] = {{1, 16, HeadKernel::q4k_stream, 16}, {1, 16, HeadKernel::generic, 0}};
 constexpr PlanRow kQ6KPlan[] = {{1, 16, HeadKernel::q6k_stream, 16}, {1, 16, HeadKernel::generic, 0}};
@@ -156,16 +175,24 @@ constexpr PlanRow kGenericPlan[] = {{1, 16, HeadKernel::generic, 0}};
 // llama.cpp's own orders (route llamacpp: their paths already depend on the token count; route
 // tiled: the tiled K-quant order at every T). Q4_K's and Q5_K's tiled order run on the tensor cores
 // from the lanes stream copy where it is held (K = one sub-block), else Q5_K's from the sub-blocks
-// copy (warps: docs/performance.md, CUDA attempts 39, 40).
+// copy. The items are staged by bulk copies where that measured faster: from two tokens on the lanes
+// copy (Q6_K above 8 tokens with 12 warps: two stages for 16 do not fit beside 16 tokens' runs),
+// from nine on Q5_K's sub-blocks copy (warps and token ranges: docs/performance.md, CUDA attempts 39,
+// 40, 43).
 constexpr PlanRow kLlamaCppTiledPlan[] = {{1, 16, HeadKernel::llamacpp_tiled, 0}};
-constexpr PlanRow kLlamaCppTiledQ4KPlan[] = {{1, 16, HeadKernel::q4k_stream_tiled, 16},
+constexpr PlanRow kLlamaCppTiledQ4KPlan[] = {{2, 16, HeadKernel::q4k_tma_tiled, 16},
+                                             {1, 16, HeadKernel::q4k_stream_tiled, 16},
                                              {1, 16, HeadKernel::llamacpp_tiled, 0}};
-constexpr PlanRow kLlamaCppTiledQ5KPlan[] = {{1, 16, HeadKernel::q5k_stream_tiled, 16},
+constexpr PlanRow kLlamaCppTiledQ5KPlan[] = {{2, 16, HeadKernel::q5k_tma_tiled, 16},
+                                             {1, 16, HeadKernel::q5k_stream_tiled, 16},
+                                             {9, 16, HeadKernel::q5k_tma_n_tiled, 16},
                                              {1, 16, HeadKernel::q5k_stream_n_tiled, 16},
                                              {1, 16, HeadKernel::llamacpp_tiled, 0}};
 // At one token the passes kernel reads faster than the tokens-in-N one (performance.md, CUDA
 // attempt 41); from two tokens on, tokens in N.
 constexpr PlanRow kLlamaCppTiledQ6KPlan[] = {{1, 1, HeadKernel::q6k_stream_tiled, 16},
+                                             {2, 8, HeadKernel::q6k_tma_tiled, 16},
+                                             {9, 16, HeadKernel::q6k_tma_tiled, 12},
                                              {2, 16, HeadKernel::q6k_tiled_n, 16},
                                              {1, 16, HeadKernel::q6k_stream_tiled, 16},
                                              {1, 16, HeadKernel::llamacpp_tiled, 0}};

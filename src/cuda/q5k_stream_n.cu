@@ -36,7 +36,6 @@ namespace lmhead::cuda {
 namespace {
 
 using tokens_n::Acc;
-using tokens_n::kRunWords;
 using tokens_n::TokenSmem;
 
 template <int NT>
@@ -162,31 +161,21 @@ __device__ __forceinline__ void compute_item(const Item& it, int sb, const Token
   tokens_n::tiled_accumulate<NT>(s1, h, sb, s, lane, a);
 }
 
-// The activations of every (super-block, token slot) as B runs (after pdl_wait; the caller
-// synchronises the block).
+// The activations of every (super-block, token slot) as B runs: token t's word (j, k) (q8 bytes
+// 32j + 4k ..) goes to word 16 (k / 2) + 4 (j % 4) + 2 (k % 2) + j / 4 of its run.
 template <int TTOT>
 __device__ void stage_tokens(const HeadParams& p, uint32_t* s_act, int items) {
-  // Token t's word (j, k) (q8 bytes 32j + 4k ..) goes to word 16 (k / 2) + 4 (j % 4) + 2 (k % 2) + j / 4
-  // of its run; tokens past T get zeros (their columns are computed and dropped).
-  for (int i = threadIdx.x; i < items * 16; i += blockDim.x) {
-    const int c = i & 15, it = i >> 4, sb = it / TTOT, t = it - sb * TTOT;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (t < p.T) v = reinterpret_cast<const uint4*>(p.act_qs + (size_t(sb) * kMaxTokens + t) * kActPitch)[c];
-    const int j = c >> 1, k0 = 4 * (c & 1);
-    uint32_t* run = s_act + size_t(it) * kRunWords + 4 * (j & 3) + (j >> 2);
-    const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int k = k0 + u;
-      run[16 * (k >> 1) + 2 * (k & 1)] = wv[u];
-    }
-  }
+  tokens_n::stage_q8_runs<TTOT>(p, s_act, items,
+                                [](int j, int k) { return 16 * (k >> 1) + 2 * (k & 1) + 4 * (j & 3) + (j >> 2); });
 }
 
 // The two orders on the sub-blocks layout, as tokens_n.cuh's formats.
 struct SubblocksFormat {
   using Item = lmhead::cuda::Item;
-  __device__ static void load(Item& it, const uint8_t* item, int lane) { load_item<false>(it, item, lane); }
+  template <class Src = FromGlobal>
+  __device__ static void load(Item& it, const uint8_t* item, int lane) {
+    load_item<false, Src>(it, item, lane);
+  }
   static constexpr int kItemBytes = stream::kItemBytes;
   static constexpr int kSumVecs = 1;
   template <int TTOT>
@@ -222,6 +211,20 @@ struct TiledOrder : SubblocksFormat {
 size_t q5k_stream_n_smem(int groups, int tokens, bool llamacpp_tiled) {
   return tokens_n::smem_bytes(groups, tokens <= 8 ? 8 : 16, llamacpp_tiled ? TiledOrder::kSumVecs : VecDotOrder::kSumVecs);
 }
+size_t q5k_stream_n_staged_smem(int groups, int tokens, bool llamacpp_tiled, int warps) {
+  const int sum_vecs = llamacpp_tiled ? TiledOrder::kSumVecs : VecDotOrder::kSumVecs;
+  return tokens_n::staged_smem_bytes(groups, tokens <= 8 ? 8 : 16, sum_vecs, warps, 2, SubblocksFormat::kItemBytes);
+}
+
+// The same with the items staged by bulk copies (tokens_n::staged_kernel). vec_dot's order above 8
+// tokens runs 8 warps, as above.
+void launch_q5k_stream_n_staged(const HeadParams& p, int warps, bool llamacpp_tiled, bool pdl, int num_sms,
+                                cudaStream_t stream) {
+  if (p.T < 1 || p.T > kMaxTokens) throw Error("launch_q5k_stream_n_staged: 1 to 16 tokens per call");
+  if (llamacpp_tiled) return tokens_n::launch_staged<TiledOrder>(p, warps, pdl, num_sms, stream);
+  return tokens_n::launch_staged<VecDotOrder>(p, p.T > 8 ? 8 : warps, pdl, num_sms, stream);
+}
+
 // warps: 8, 12 or 16 per block for T <= 8 (one tile of 8 tokens); T > 8 runs two tiles with 8 warps
 // (the vec_dot order's 64 float accumulators per thread). The tiled order: tokens_n::launch_tiled.
 void launch_q5k_stream_n(const HeadParams& p, int warps, bool llamacpp_tiled, bool pdl, int num_sms,

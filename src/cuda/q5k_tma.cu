@@ -25,28 +25,6 @@ using namespace lanes_math;
 constexpr int kStageBytes = stream::kItemBytes;  // 2816 = 22 x 128
 static_assert(kStageBytes % 128 == 0, "TMA destinations must stay 128-byte aligned");
 
-__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(smem_addr(bar)), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
-
 template <int TT, int NW, int S>
 __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -57,7 +35,6 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p)
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
   const int G = p.groups;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2;
   const int V = p.vocab;
   const int ntiles = (V + kTileRows - 1) / kTileRows;
   const int total_warps = gridDim.x * NW;
@@ -66,7 +43,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p)
 
   if (lane == 0) {
     for (int s = 0; s < S; ++s) mbar_init(&s_full[warp][s], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_init_fence();
   }
   __syncwarp();
 
@@ -82,7 +59,7 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p)
       s_item_sb[warp][slot] = isb;
       if (itile < ntiles) {
         // The stage was last read through the generic proxy; order that before the async write.
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        fence_proxy_async_shared();
         mbar_expect_tx(&s_full[warp][slot], kStageBytes);
         bulk_load(stages + slot * kStageBytes, p.stream_weights + (int64_t(itile) * G + isb) * stream::kItemBytes,
                   kStageBytes, &s_full[warp][slot]);
@@ -124,19 +101,11 @@ __global__ void __launch_bounds__(NW * 32, 1) q5k_tma_kernel(const HeadParams p)
     const int tile = s_item_tile[warp][slot];
     const int sb = s_item_sb[warp][slot];
     if (tile < 0) break;
-    while (!mbar_try_wait(&s_full[warp][slot], (phases >> slot) & 1u)) {
-    }
+    mbar_wait(&s_full[warp][slot], (phases >> slot) & 1u);
     phases ^= 1u << slot;
 
     Item it;
-    const uint8_t* st = stages + slot * kStageBytes;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      it.w03[r] = lds128(st + stream::kW03 + 512 * r + 16 * lane);
-      it.w47[r] = lds128(st + stream::kW47 + 512 * r + 16 * lane);
-      it.w89[r] = *reinterpret_cast<const uint2*>(st + stream::kW89 + 256 * r + 8 * lane);
-      it.h[r] = lds128(st + stream::kHeader + 16 * (g + 8 * r));
-    }
+    load_item<false, FromShared>(it, stages + slot * kStageBytes, lane);
     __syncwarp();
     issue(slot);  // refill the stage while this item is computed from registers
 

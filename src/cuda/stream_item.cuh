@@ -53,20 +53,37 @@ __device__ __forceinline__ void item_words(const Item& it, uint32_t (&w)[2][10])
   }
 }
 
-template <bool kQ4>
+// Where an item's bytes are read from: global memory, each byte once (the register stream kernels),
+// or a shared-memory stage that a bulk copy filled (the staged kernels: q5k_tma.cu, tokens_n.cuh).
+// The same offsets either way; in shared memory the warp's consecutive 16-byte loads are
+// conflict-free and the row headers broadcast to the four threads of a row.
+struct FromGlobal {
+  __device__ static uint4 v128(const uint8_t* p) { return ldg_once128(p); }
+  __device__ static uint2 v64(const uint8_t* p) { return ldg_once64(p); }
+  __device__ static uint4 header(const uint8_t* p) { return ldg_header(p); }
+  __device__ static uint32_t header32(const uint8_t* p) { return ldg_header32(p); }
+};
+struct FromShared {
+  __device__ static uint4 v128(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+  __device__ static uint2 v64(const uint8_t* p) { return *reinterpret_cast<const uint2*>(p); }
+  __device__ static uint4 header(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+  __device__ static uint32_t header32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+};
+
+template <bool kQ4, class Src = FromGlobal>
 __device__ __forceinline__ void load_item(Item& it, const uint8_t* item, int lane) {
   const int g = lane >> 2;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if constexpr (kQ4) {
-      it.w03[r] = ldg_once128(item + stream::kQ4W03 + 512 * r + 16 * lane);
-      it.w47[r] = ldg_once128(item + stream::kQ4W47 + 512 * r + 16 * lane);
-      it.h[r] = ldg_header(item + stream::kQ4Header + 16 * (g + 8 * r));
+      it.w03[r] = Src::v128(item + stream::kQ4W03 + 512 * r + 16 * lane);
+      it.w47[r] = Src::v128(item + stream::kQ4W47 + 512 * r + 16 * lane);
+      it.h[r] = Src::header(item + stream::kQ4Header + 16 * (g + 8 * r));
     } else {
-      it.w03[r] = ldg_once128(item + stream::kW03 + 512 * r + 16 * lane);
-      it.w47[r] = ldg_once128(item + stream::kW47 + 512 * r + 16 * lane);
-      it.w89[r] = ldg_once64(item + stream::kW89 + 256 * r + 8 * lane);
-      it.h[r] = ldg_header(item + stream::kHeader + 16 * (g + 8 * r));
+      it.w03[r] = Src::v128(item + stream::kW03 + 512 * r + 16 * lane);
+      it.w47[r] = Src::v128(item + stream::kW47 + 512 * r + 16 * lane);
+      it.w89[r] = Src::v64(item + stream::kW89 + 256 * r + 8 * lane);
+      it.h[r] = Src::header(item + stream::kHeader + 16 * (g + 8 * r));
     }
   }
 }
@@ -80,15 +97,16 @@ struct Q6Item {
   uint32_t d;     // f16 d of rows g (low half) and g + 8
 };
 
+template <class Src = FromGlobal>
 __device__ __forceinline__ void load_q6_item(Q6Item& it, const uint8_t* item, int lane) {
   const int g = lane >> 2;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
 #pragma unroll
-    for (int s = 0; s < 3; ++s) it.w[s][r] = ldg_once128(item + 1024 * s + 512 * r + 16 * lane);
-    it.sc[r] = ldg_header(item + stream::kQ6Scales + 16 * (g + 8 * r));
+    for (int s = 0; s < 3; ++s) it.w[s][r] = Src::v128(item + 1024 * s + 512 * r + 16 * lane);
+    it.sc[r] = Src::header(item + stream::kQ6Scales + 16 * (g + 8 * r));
   }
-  it.d = ldg_header32(item + stream::kQ6D + 4 * g);
+  it.d = Src::header32(item + stream::kQ6D + 4 * g);
 }
 
 // The twelve level words of rows g, g + 8 (stream::q6_level_word decodes them).

@@ -27,7 +27,13 @@
 namespace lmhead::cuda::tokens_n {
 
 constexpr int kTileRows = 16;
-constexpr int kRunWords = 80;  // one token's 64 words of one super-block, padded for the banks
+constexpr int kRunWords = 64;  // one token's 64 words of one super-block
+
+// Word `word` of B run `run` (run = super-block * TTOT + token slot). Runs of odd slots have their
+// 16-byte chunks' position bit 2 flipped: the eight threads of a 16-byte load phase (tokens g,
+// g + 1; q = 0..3) then read eight different bank groups with no padding between runs, which keeps
+// the runs of 16 tokens small enough to leave room for the staged kernel's rings.
+__device__ __forceinline__ int run_word(int run, int word) { return run * kRunWords + (word ^ ((run & 1) << 4)); }
 
 // Shared memory: [G][TTOT][kRunWords] B runs, then [G][TTOT][sum_vecs] token sums and [G][TTOT] y.d.
 inline size_t smem_bytes(int groups, int ttot, int sum_vecs = 1) {
@@ -55,6 +61,39 @@ struct Acc {
   }
 };
 
+// Every (super-block, token slot)'s 16 q8 chunks into its B run (after pdl_wait; the caller
+// synchronises the block); slots past T get zeros (their columns are computed and dropped).
+// place(j, k) is word (j, k)'s position in the run (word (j, k) = q8 bytes 32j + 4k .. + 3; run_word
+// swizzles it). Each thread has eight chunk loads in flight at once: the staging stands between the
+// prep kernel and the first MMA of every block, and one L2 round trip per chunk made it several
+// microseconds longer for every token tile.
+template <int TTOT, class Place>
+__device__ __forceinline__ void stage_q8_runs(const HeadParams& p, uint32_t* runs, int items, Place place) {
+  constexpr int kBatch = 8;
+  const int n = items * 16;
+  for (int base = threadIdx.x; base < n; base += kBatch * blockDim.x) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * blockDim.x;
+      const int c = i & 15, it = i >> 4, sb = it / TTOT, t = it - sb * TTOT;
+      v[b] = make_uint4(0u, 0u, 0u, 0u);
+      if (i < n && t < p.T) v[b] = reinterpret_cast<const uint4*>(p.act_qs + (size_t(sb) * kMaxTokens + t) * kActPitch)[c];
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * blockDim.x;
+      if (i < n) {
+        const int c = i & 15, it = i >> 4;
+        const int j = c >> 1, k0 = 4 * (c & 1);
+        const uint32_t wv[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) runs[run_word(it, place(j, k0 + u))] = wv[u];
+      }
+    }
+  }
+}
+
 // Thread (g, q)'s B fragments of super-block sb: bq[nt][i] holds its 16 bytes of chunk i of token
 // 8 nt + g's run (words 4q .. 4q + 3 of each 16-word chunk), the layout both stage_runs write.
 template <int NT>
@@ -62,9 +101,9 @@ __device__ __forceinline__ void load_b_runs(const uint32_t* runs, int sb, int la
   const int g = lane >> 2, q = lane & 3;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    const uint32_t* run = runs + (sb * 8 * NT + 8 * nt + g) * kRunWords + 4 * q;
+    const int run = sb * 8 * NT + 8 * nt + g;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(run + 16 * i);
+    for (int i = 0; i < 4; ++i) bq[nt][i] = lds128(runs + run_word(run, 16 * i + 4 * q));
   }
 }
 
@@ -290,6 +329,148 @@ void launch_tiled(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStr
   if (warps >= 16) return launch<F, 1, 16, 2>(p, pdl, num_sms, stream);
   if (warps >= 12) return launch<F, 1, 12, 3>(p, pdl, num_sms, stream);
   return launch<F, 1, 8, 4>(p, pdl, num_sms, stream);
+}
+
+// ---- the staged variant: items brought into shared memory by bulk copies ------------------------
+//
+// The register kernel above keeps D - 1 items per warp in flight in registers, and the registers
+// bound D (16 warps x 2 buffers; performance.md, CUDA attempts 39, 40: most stalls wait on the item
+// loads). Here each warp owns a ring of S shared-memory stages: one lane starts one bulk copy per
+// item (an item is kItemBytes contiguous bytes of the stream layout) completing on the stage's
+// mbarrier; the warp copies a full stage into registers, hands the stage back to the next copy and
+// computes, so S items per warp are in flight for a few instructions each, and S is what the shared
+// memory beside the token runs allows, chosen at launch. The arithmetic, the walk and the epilogue
+// are the register kernel's, so the bytes are too.
+template <class F>
+constexpr int stage_bytes() {
+  return (F::kItemBytes + 15) / 16 * 16;  // bulk copies need 16-byte aligned ends
+}
+constexpr int kMaxStages = 8;
+
+inline size_t staged_smem_bytes(int groups, int ttot, int sum_vecs, int warps, int stages, int item_bytes) {
+  return 128 + size_t(warps) * stages * size_t((item_bytes + 15) / 16 * 16) + smem_bytes(groups, ttot, sum_vecs);
+}
+
+template <class F, int NT, int NW>
+__global__ void __launch_bounds__(NW * 32, 1) staged_kernel(const HeadParams p, int S) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  __shared__ PartialBest s_best[NW][kMaxTokens];
+  __shared__ __align__(8) uint64_t s_full[NW][kMaxStages];
+  __shared__ int s_slot_tile[NW][kMaxStages];
+  __shared__ int s_slot_sb[NW][kMaxStages];
+  constexpr int TTOT = 8 * NT;
+  constexpr int L = F::kLanes;
+  constexpr int kStage = stage_bytes<F>();
+
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
+  const int G = p.groups;
+  const int items = G * TTOT;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int total_warps = gridDim.x * NW;
+  uint8_t* stages = smem + size_t(warp) * S * kStage;
+  TokenSmem s;
+  s.runs = reinterpret_cast<uint32_t*>(smem + size_t(NW) * S * kStage);
+  s.bsp = reinterpret_cast<uint4*>(s.runs + size_t(items) * kRunWords);
+  s.yd = reinterpret_cast<float*>(s.bsp + size_t(items) * F::kSumVecs);
+  const uint8_t* weights = F::weights(p);
+
+  if (lane == 0) {
+    for (int i = 0; i < S; ++i) mbar_init(&s_full[warp][i], 1);
+    mbar_init_fence();
+  }
+  __syncwarp();
+
+  // The first S copies start before the wait for the prep kernel, which they do not depend on.
+  ItemWalk walk(p, blockIdx.x * NW + warp, total_warps, lane);
+  auto issue = [&](int slot) {
+    if (lane == 0) {
+      s_slot_tile[warp][slot] = walk.tile;
+      s_slot_sb[warp][slot] = walk.sb;
+      if (!walk.done()) {
+        fence_proxy_async_shared();
+        mbar_expect_tx(&s_full[warp][slot], F::kItemBytes);
+        bulk_load(stages + slot * kStage, weights + (int64_t(walk.tile) * G + walk.sb) * F::kItemBytes, F::kItemBytes,
+                  &s_full[warp][slot]);
+      }
+    }
+    if (!walk.done()) walk.step(p, lane);
+  };
+  for (int i = 0; i < S; ++i) issue(i);
+
+  pdl_wait();
+  F::template stage_runs<TTOT>(p, s.runs, items);
+  F::template stage_sums<TTOT>(p, s, items);
+  __syncthreads();
+
+  PartialBest best[NT][2];
+  Acc<NT, L> a;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      best[nt][c] = best_empty();
+#pragma unroll
+      for (int r = 0; r < 2; ++r) a.reset(nt, c, r);
+    }
+
+  uint32_t phases = 0;
+  for (int slot = 0;;) {
+    __syncwarp();
+    const int tile = s_slot_tile[warp][slot], sb = s_slot_sb[warp][slot];
+    if (tile >= walk.ntiles) break;
+    mbar_wait(&s_full[warp][slot], (phases >> slot) & 1u);
+    phases ^= 1u << slot;
+    typename F::Item it;
+    F::template load<FromShared>(it, stages + slot * kStage, lane);
+    __syncwarp();
+    issue(slot);  // refill the stage while this item is computed from registers
+    F::template compute<NT>(it, sb, s, lane, a);
+    if (sb == G - 1) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            finish_row<L>(p, tile, lane, nt, c, r, a.acc[nt][c][r], a.summs[nt][c][r], best[nt][c]);
+            a.reset(nt, c, r);
+          }
+    }
+    slot = slot + 1 == S ? 0 : slot + 1;
+  }
+
+  finish_tokens<NT, NW>(p, best, s_best, warp, lane);
+}
+
+// The most stages per warp (up to kMaxStages) that fit the device's shared memory next to the token
+// runs, or 0 when not even two do.
+template <class F>
+int staged_stages(int groups, int ttot, int warps, size_t smem_optin) {
+  for (int st = kMaxStages; st >= 2; --st)
+    if (staged_smem_bytes(groups, ttot, F::kSumVecs, warps, st, F::kItemBytes) + 8192 <= smem_optin) return st;
+  return 0;
+}
+
+template <class F, int NT, int NW>
+void launch_staged_config(const HeadParams& p, bool pdl, int num_sms, cudaStream_t stream) {
+  const int S = staged_stages<F>(p.groups, 8 * NT, NW, smem_optin_of_current_device());
+  if (S == 0) throw Error("tokens_n staged kernel: two stages per warp do not fit the shared memory");
+  launch_head_kernel<staged_kernel<F, NT, NW>>(dim3(num_sms), dim3(NW * 32),
+                                               staged_smem_bytes(p.groups, 8 * NT, F::kSumVecs, NW, S, F::kItemBytes), pdl,
+                                               stream, p, S);
+}
+
+// warps: 16, 12 or 8 per block, one token tile for T <= 8, two above.
+template <class F>
+void launch_staged(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
+  if (p.T > 8) {
+    if (warps >= 16) return launch_staged_config<F, 2, 16>(p, pdl, num_sms, stream);
+    if (warps >= 12) return launch_staged_config<F, 2, 12>(p, pdl, num_sms, stream);
+    return launch_staged_config<F, 2, 8>(p, pdl, num_sms, stream);
+  }
+  if (warps >= 16) return launch_staged_config<F, 1, 16>(p, pdl, num_sms, stream);
+  if (warps >= 12) return launch_staged_config<F, 1, 12>(p, pdl, num_sms, stream);
+  return launch_staged_config<F, 1, 8>(p, pdl, num_sms, stream);
 }
 
 }  // namespace lmhead::cuda::tokens_n
