@@ -222,7 +222,7 @@ void launch_q5k_stream_n_staged(const HeadParams& p, int warps, bool llamacpp_ti
                                 cudaStream_t stream) {
   if (p.T < 1 || p.T > kMaxTokens) throw Error("launch_q5k_stream_n_staged: 1 to 16 tokens per call");
   if (llamacpp_tiled) return tokens_n::launch_staged<TiledOrder>(p, warps, pdl, num_sms, stream);
-  return tokens_n::launch_staged<VecDotOrder>(p, p.T > 8 ? 8 : warps, pdl, num_sms, stream);
+  return tokens_n::launch_staged<VecDotOrder, true>(p, warps, pdl, num_sms, stream);
 }
 
 // warps: 8, 12 or 16 per block for T <= 8 (one tile of 8 tokens); T > 8 runs two tiles with 8 warps

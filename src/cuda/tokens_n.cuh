@@ -460,10 +460,13 @@ void launch_staged_config(const HeadParams& p, bool pdl, int num_sms, cudaStream
                                                stream, p, S);
 }
 
-// warps: 16, 12 or 8 per block, one token tile for T <= 8, two above.
-template <class F>
+// warps: 16, 12 or 8 per block, one token tile for T <= 8, two above (kTwoTilesAt8Warps: two tiles
+// always with 8 warps, for a format whose accumulators need the registers of 8).
+template <class F, bool kTwoTilesAt8Warps = false>
 void launch_staged(const HeadParams& p, int warps, bool pdl, int num_sms, cudaStream_t stream) {
-  if (p.T > 8) {
+  if constexpr (kTwoTilesAt8Warps) {
+    if (p.T > 8) return launch_staged_config<F, 2, 8>(p, pdl, num_sms, stream);
+  } else if (p.T > 8) {
     if (warps >= 16) return launch_staged_config<F, 2, 16>(p, pdl, num_sms, stream);
     if (warps >= 12) return launch_staged_config<F, 2, 12>(p, pdl, num_sms, stream);
     return launch_staged_config<F, 2, 8>(p, pdl, num_sms, stream);
