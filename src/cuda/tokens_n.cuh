@@ -1,12 +1,14 @@
 #pragma once
 // The tokens-in-N kernel body: every MMA puts 8 tokens (one token tile; two for T > 8) in its N, so a
 // thread's results are rows g, g + 8 of tokens 8 nt + 2q + c, and each warp walks whole 16-row tiles
-// of a stream layout with D items in flight in registers. Shared by the formats that compute this
+// of a stream layout with D items in flight in registers (kernel), or S items staged in shared
+// memory by bulk copies (staged_kernel, below). Shared by the formats that compute this
 // way (a format F is the layout, the activations' arrangement in shared memory and the item's
 // arithmetic):
 //
 //   struct F {
-//     using Item; static void load(Item&, const uint8_t* item, int lane);   // stream_item.cuh
+//     using Item;                                  // stream_item.cuh; Src: FromGlobal or FromShared
+//     template <class Src> static void load(Item&, const uint8_t* item, int lane);
 //     static constexpr int kItemBytes, kLanes;     // kLanes: float accumulators per output
 //     static constexpr int kSumVecs;               // 16-byte token sums per (super-block, token)
 //     static const uint8_t* weights(const HeadParams&);
