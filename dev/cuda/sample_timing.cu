@@ -136,14 +136,13 @@ int main() {
     CUDA_CHECK(cudaMemsetAsync(d_scratch, 0, kMaxT * sizeof(cuda::SampleScratch), s));
   });
   std::printf("  scratch memset alone: %.2f us\n", memset_us);
-  for (int T : {1, 8})
-    for (float top_p : {1.0f, 0.9f}) {
+  for (int T : {1, 2, 4, 8})
+    for (float top_p : {1.0f, 0.9f, 0.5f}) {
       cuda::SampleCallParams call;
       call.temperature = 1.0;
       call.top_p = top_p;
       call.seed = 11;
       call.position = 100;
-      CUDA_CHECK(cudaMemcpy(d_call, &call, sizeof call, cudaMemcpyHostToDevice));
       cuda::SampleParams p;
       p.logits = d_logits;
       p.max_in = d_max;
@@ -161,27 +160,33 @@ int main() {
         CUDA_CHECK(cudaMemsetAsync(d_scratch, 0, kMaxT * sizeof(cuda::SampleScratch), s));
         cuda::launch_sample(p, s);
       };
-      // Check first: the device's tokens against the host sampler's on the same logits.
-      one();
-      CUDA_CHECK(cudaStreamSynchronize(s));
-      std::vector<int32_t> got(static_cast<size_t>(T)), status(static_cast<size_t>(T));
-      CUDA_CHECK(cudaMemcpy(got.data(), d_sampled, size_t(T) * 4, cudaMemcpyDeviceToHost));
-      CUDA_CHECK(cudaMemcpy(status.data(), d_status, size_t(T) * 4, cudaMemcpyDeviceToHost));
-      SamplingOptions o;
-      o.temperature = 1.0f;
-      o.top_p = top_p;
-      o.seed = 11;
-      for (int t = 0; t < T; ++t) {
-        const int32_t want = sample::sample_token(logits.data() + size_t(t) * kVocab, kVocab, o, nullptr, 100 + t);
-        if (status[size_t(t)] != cuda::kSampled || got[size_t(t)] != want) {
-          std::printf("  MISMATCH T=%d top-p %.2f token %d: device %d (status %d), host %d\n", T, top_p, t,
-                      got[size_t(t)], status[size_t(t)], want);
-          ++mismatches;
+      // Check first: the device's tokens against the host sampler's on the same logits, at 16
+      // positions (the last one stays for the timing).
+      for (int64_t position = 100; position < 116; ++position) {
+        call.position = position;
+        CUDA_CHECK(cudaMemcpy(d_call, &call, sizeof call, cudaMemcpyHostToDevice));
+        one();
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        std::vector<int32_t> got(static_cast<size_t>(T)), status(static_cast<size_t>(T));
+        CUDA_CHECK(cudaMemcpy(got.data(), d_sampled, size_t(T) * 4, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(status.data(), d_status, size_t(T) * 4, cudaMemcpyDeviceToHost));
+        SamplingOptions o;
+        o.temperature = 1.0f;
+        o.top_p = top_p;
+        o.seed = 11;
+        for (int t = 0; t < T; ++t) {
+          const int32_t want =
+              sample::sample_token(logits.data() + size_t(t) * kVocab, kVocab, o, nullptr, position + t);
+          if (status[size_t(t)] != cuda::kSampled || got[size_t(t)] != want) {
+            std::printf("  MISMATCH T=%d top-p %.2f token %d: device %d (status %d), host %d\n", T, top_p, t,
+                        got[size_t(t)], status[size_t(t)], want);
+            ++mismatches;
+          }
         }
       }
       const double us = timer.us_per(n, s, one);
-      std::printf("  T=%d temperature 1%s: %.2f us per call, %.2f us over the memset\n", T,
-                  top_p < 1.0f ? ", top-p 0.9" : "", us, us - memset_us);
+      std::printf("  T=%d temperature 1, top-p %.2f: %.2f us per call, %.2f us over the memset\n", T, top_p, us,
+                  us - memset_us);
     }
 
   u64* d_words;
