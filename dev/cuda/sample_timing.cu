@@ -4,9 +4,10 @@
 // changed nothing: performance.md, "Tenth session").
 //
 // 1. launch_sample on near-flat logits of the Muse shape (202,048 ids; about 90 % of the ids in a
-//    0.9 top-p prefix, as the synthetic head gives), T = 1 and 8, temperature alone and with top-p,
-//    each call's tokens checked against the host sampler first. Per call: the scratch memset and
-//    the kernels, back to back on one stream, against the memset alone.
+//    0.9 top-p prefix, as the synthetic head gives), T = 1, 2, 4 and 8, temperature alone and with
+//    top-p 0.9 and 0.5, each call's tokens checked against the host sampler at 16 positions first.
+//    Per call: the scratch memset and the kernels, back to back on one stream, against the memset
+//    alone.
 // 2. The per-block patterns of those kernels, each in a kernel of the same grid (395 blocks of 256
 //    threads per token): one same-address add per block (the total), the last-block counter, the
 //    top-p histogram flush (about 300 adds per block into the same 300 words), the flush into eight
