@@ -1,0 +1,192 @@
+// What a one-token call costs besides reading the head (issue 18: T = 1 at 0.92 of the read
+// ceiling leaves about 18 us over the bare read of the Muse head; performance.md, CUDA "What is
+// left"). Three measurements, medians of many calls:
+//
+// 1. The floor of any call: a graph of one kernel that raises a flag in mapped host memory,
+//    replayed and polled as the backend polls its done flag (launch, one kernel, the flag's trip).
+// 2. The cuda backend's T = 1 argmax call on Q5_K heads of the Muse hidden size with 512 to
+//    202,048 rows: wall time and the backend's host phases (copy into the mapped input, graph
+//    launch, wait for the flag, the rest). The head's bytes grow 400-fold; what does not grow with
+//    them is the call's fixed part.
+// 3. The same calls waiting on the stream (cudaStreamSynchronize) instead of polling the flag.
+//
+// Every head's argmax is checked against the scalar backend before anything is timed.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/cuda_check.hpp"
+#include "quant/blocks.hpp"
+#include "synth/splitmix64.hpp"
+
+using namespace lmhead;
+
+namespace {
+
+constexpr int64_t kHidden = 6656;
+
+__global__ void raise_flag(unsigned* flag, const unsigned* seq_in, unsigned* seq) {
+  const unsigned v = *seq_in + 1;
+  *seq = v;
+  __threadfence_system();
+  *reinterpret_cast<volatile unsigned*>(flag) = v;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Head {
+  std::vector<uint8_t> weights;
+  std::vector<float> gamma;
+  HeadView view;
+};
+
+// Random Q5_K blocks with small finite scales (the capped logits stay inside the cap, as a trained
+// head's do; bench/cuda_bench.cpp makes its heads the same way).
+Head make_q5k_head(int64_t vocab, uint64_t seed) {
+  const uint64_t row_bytes = uint64_t(kHidden / 256 * 176);
+  Head h;
+  h.weights.resize(size_t(vocab) * row_bytes);
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (unsigned w = 0; w < threads; ++w)
+    pool.emplace_back([&, w] {
+      synth::SplitMix64 rng{seed * 1000003 + w};
+      for (int64_t r = w; r < vocab; r += threads) {
+        uint8_t* row = h.weights.data() + size_t(r) * row_bytes;
+        rng.fill_bytes(row, row_bytes);
+        for (int64_t b = 0; b < kHidden / 256; ++b) {
+          uint8_t* blk = row + size_t(b) * 176;
+          const float u = rng.unit24();
+          const uint16_t d = quant::f32_to_f16((0.001f + 0.02f * u) / 32);
+          const uint16_t dmin = quant::f32_to_f16((0.0005f + 0.01f * u) / 32);
+          std::memcpy(blk, &d, 2);
+          std::memcpy(blk + 2, &dmin, 2);
+        }
+      }
+    });
+  for (auto& t : pool) t.join();
+  h.gamma.resize(kHidden);
+  synth::SplitMix64 gamma_rng{seed};
+  for (auto& g : h.gamma) g = 0.5f + gamma_rng.unit24();
+  h.view.type = TensorType::Q5_K;
+  h.view.weights = h.weights.data();
+  h.view.vocab = vocab;
+  h.view.hidden = kHidden;
+  h.view.row_bytes = row_bytes;
+  h.view.gamma = h.gamma.data();
+  h.view.eps = 1e-5f;
+  h.view.logit_scale = 0.196116f;
+  h.view.softcap = 20.0f;
+  return h;
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no usable GPU: skipped\n");
+    return 0;
+  }
+  using clock = std::chrono::steady_clock;
+  auto us_since = [](clock::time_point a) { return std::chrono::duration<double, std::micro>(clock::now() - a).count(); };
+
+  // 1. One kernel raising a mapped flag, as a replayed graph, polled.
+  {
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    unsigned *flag = nullptr, *d_seq = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&flag, 64, cudaHostAllocMapped));
+    *flag = 0;
+    CUDA_CHECK(cudaMalloc(&d_seq, 4));
+    CUDA_CHECK(cudaMemset(d_seq, 0, 4));
+    unsigned* d_flag = nullptr;
+    CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_flag), flag, 0));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    raise_flag<<<1, 1, 0, s>>>(d_flag, d_seq, d_seq);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    std::vector<double> wall;
+    for (int i = 0; i < 3000; ++i) {
+      const unsigned before = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+      const auto t0 = clock::now();
+      CUDA_CHECK(cudaGraphLaunch(exec, s));
+      while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) == before) {
+      }
+      if (i >= 500) wall.push_back(us_since(t0));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    std::printf("floor: a replayed graph of one kernel raising a mapped flag, polled: median %.1f us (2,500 calls)\n",
+                median(wall));
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaFree(d_seq));
+    CUDA_CHECK(cudaFreeHost(flag));
+    CUDA_CHECK(cudaStreamDestroy(s));
+  }
+
+  // 2. and 3. The backend's T = 1 calls over heads of growing vocabulary.
+  std::printf("| rows | head MB | call median us | copy / launch / wait / rest us | waiting on the stream instead, us per call |\n"
+              "| --- | --- | --- | --- | --- |\n");
+  int failures = 0;
+  for (const int64_t vocab : {int64_t(512), int64_t(4096), int64_t(32768), int64_t(202048)}) {
+    Head h = make_q5k_head(vocab, 5);
+    std::vector<float> hidden(kHidden);
+    std::mt19937_64 rng(9);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    for (auto& v : hidden) v = n(rng);
+    auto gpu = make_cuda_backend(h.view, 1);
+    auto ref = make_scalar_backend(h.view);
+    ForwardRequest req;
+    ForwardOutput out, want;
+    ref->forward(hidden.data(), 1, req, want);
+    for (int i = 0; i < 10; ++i) gpu->forward(hidden.data(), 1, req, out);
+    if (out.summaries[0].argmax != want.summaries[0].argmax || out.summaries[0].max != want.summaries[0].max) {
+      std::printf("MISMATCH at %lld rows: cuda argmax %d (max %a), scalar %d (max %a)\n", (long long)vocab,
+                  out.summaries[0].argmax, double(out.summaries[0].max), want.summaries[0].argmax,
+                  double(want.summaries[0].max));
+      ++failures;
+      continue;
+    }
+    const int runs = vocab > 100000 ? 500 : 3000;
+    std::vector<double> wall, copy, launch, wait, rest;
+    for (int i = 0; i < runs; ++i) {
+      const auto t0 = clock::now();
+      gpu->forward(hidden.data(), 1, req, out);
+      wall.push_back(us_since(t0));
+      const cuda::CallInfo c = cuda::last_call(*gpu);
+      copy.push_back(c.copy_us);
+      launch.push_back(c.launch_us);
+      wait.push_back(c.wait_us);
+      rest.push_back(c.total_us - c.copy_us - c.launch_us - c.wait_us);
+    }
+    // Waiting on the stream instead of the flag.
+    cuda::Tuning tuning = cuda::get_tuning(*gpu);
+    tuning.hooks.poll_done = false;
+    cuda::set_tuning(*gpu, tuning);
+    for (int i = 0; i < 5; ++i) gpu->forward(hidden.data(), 1, req, out);
+    const auto t0 = clock::now();
+    const int back = 200;
+    for (int i = 0; i < back; ++i) gpu->forward(hidden.data(), 1, req, out);
+    const double per_call = us_since(t0) / back;
+    std::printf("| %lld | %.1f | %.1f | %.1f / %.1f / %.1f / %.1f | %.1f |\n", (long long)vocab,
+                double(vocab) * double(h.view.row_bytes) / 1e6, median(wall), median(copy), median(launch), median(wait),
+                median(rest), per_call);
+  }
+  if (failures) std::printf("%d heads did not match the scalar backend\n", failures);
+  return failures ? 1 : 0;
+}
