@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One run on the GPU machine: build (or use a carried build), GPU tests (with the all-floats tanh
-# sweep), the concurrency stress and ROUNDS (3) rounds of every GPU test eight at a time,
+# sweep), the concurrency stress and ROUNDS (2; 10 with MODE=stress) rounds of every GPU test eight at a time,
 # compute-sanitizer memcheck + racecheck + synccheck, then the Muse-shape benchmark sweep with a
 # read ceiling measured in the same run. Prints a summary table last.
 #   bench/gpu.sh [BUILD_DIR]     (default: build/cuda-carry if it holds binaries, else build/gpu)
@@ -30,7 +30,10 @@ export LMHEAD_TEST_DATA_DIR=$ROOT/tests/data
 # Every GPU test (and the golden and sharding tests beside them), for the concurrency rounds.
 GPU_TESTS='Cuda*:MultiGpu*:*TiledRoute*:*Golden*:Sharding*:*LlamaCpp*cuda*:LlamaCppRouteShapes.*:*LlamaCppVecDotTail*:SampleEngine.Cuda*:CudaSample.*:DeviceInput.*'
 
-step() { echo; echo "==== $* ===="; }
+# Each step's heading carries the seconds since the start: the full run must fit one device call
+# (600 s), and this is where its time goes.
+step() { echo; echo "==== [${SECONDS} s] $* ===="; }
+ROUNDS=${ROUNDS:-$([ "${MODE:-full}" = stress ] && echo 10 || echo 2)}
 
 step "device"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/device.txt"
@@ -67,11 +70,11 @@ stress_and_rounds() {
   LMHEAD_STRESS_CALLS=${STRESS_CALLS:-6000} timeout 300 "$BUILD/lmhead_tests" --gtest_filter='CudaStress.*' 2>&1 |
     tee "$OUT/stress.log" | grep -E "stress|process|OK|FAILED|PASSED"
   STRESS_RC=${PIPESTATUS[0]}
-  step "every GPU test as its own process, 8 at a time, ${ROUNDS:-3} rounds"
+  step "every GPU test as its own process, 8 at a time, $ROUNDS rounds"
   local tests
   tests=$("$BUILD/lmhead_tests" --gtest_list_tests --gtest_filter="$GPU_TESTS" | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }')
   ROUNDS_FAILED=0
-  for r in $(seq 1 "${ROUNDS:-3}"); do
+  for r in $(seq 1 "$ROUNDS"); do
     local t0=$SECONDS
     local failed
     failed=$(printf '%s\n' $tests | xargs -P8 -I{} sh -c 'o=$("$0" --gtest_filter="$1" 2>&1) || { echo "FAILED $1"; echo "$o" | grep -E "Failure|error|differ|Which is" | head -5; }' \
@@ -116,6 +119,7 @@ route_bench() {
   step "route llamacpp vs the default route (Muse shape, lmhead bench --backend cuda)"
   for type in ${ROUTE_TYPES:-q5_K q6_K q4_K f16 bf16 f32}; do
     f=$SCRATCH/muse-$type.gguf
+    [ $type = q5_K ] && f=$SCRATCH/muse-q5k.gguf
     [ -f "$f" ] || timeout 200 "$BUILD/lmhead" make "$f" --type $type --quiet || continue
     for route in vec_dot llamacpp; do
       # Float heads take milliseconds per call: 30 calls give a steady median and keep the run in one device call.
@@ -123,7 +127,7 @@ route_bench() {
       timeout 120 "$BUILD/lmhead" bench "$f" --backend cuda --route $route --tokens 1,2,4,8,16 --repeat $repeat --json \
         > "$SCRATCH/route-$type-$route.json" 2> "$SCRATCH/route-$type-$route.err" || cat "$SCRATCH/route-$type-$route.err"
     done
-    rm -f "$f"
+    [ $type = q5_K ] || rm -f "$f"
   done
   python3 - "$SCRATCH" <<'PY' 2>&1 | tee "$OUT/route.log"
 import json, sys, os
@@ -168,6 +172,21 @@ python_tests() {
   PY_RC=$?
 }
 start_python_build
+
+# The Muse-shape checkpoints the CLI, sampling and route steps read, written in the background on
+# the CPU cores the GPU tests leave idle (about 13 GB; f32 alone is 5.4 GB); the benchmark steps
+# wait for it first, so nothing else runs on the host while they time.
+MAKE_PID=
+start_making_models() {
+  [ -x "$BUILD/lmhead" ] || return 0
+  ( timeout 300 "$BUILD/lmhead" make $SCRATCH/muse-q5k.gguf --quiet
+    if [ "${ROUTE_BENCH:-1}" = "1" ]; then
+      for type in ${ROUTE_TYPES:-q5_K q6_K q4_K f16 bf16 f32}; do
+        [ $type = q5_K ] || timeout 300 "$BUILD/lmhead" make $SCRATCH/muse-$type.gguf --type $type --quiet
+      done
+    fi ) > "$OUT/make-models.log" 2>&1 &
+  MAKE_PID=$!
+}
 
 if [ "${MODE:-full}" = "sample-profile" ]; then
   # The sampling kernels (issue 16): their SASS, Nsight Compute's per-instruction view of the
@@ -225,6 +244,7 @@ if [ "${MODE:-full}" = "stress" ]; then
   exit 0
 fi
 
+start_making_models
 step "GPU tests (fresh random inputs; seed printed on failure)"
 LMHEAD_CUDA_TANH_SWEEP=1 timeout 300 "$BUILD/lmhead_tests" --gtest_filter="$GPU_TESTS" 2>&1 | tee "$OUT/tests.log"
 TESTS_RC=$?
@@ -243,6 +263,11 @@ timeout 180 compute-sanitizer --tool racecheck --error-exitcode 9 \
   "$BUILD/lmhead_tests" --gtest_filter='CudaBackend.GoldenFilesByteForByte:CudaBackend.StagedKernelsOnceEach:HeadTypes/TiledRoute.*/q5_K:HeadTypes/TiledRoute.*/q6_K' 2>&1 | tail -15 | tee "$OUT/racecheck.log"
 RACECHECK_RC=$?
 
+if [ -n "$MAKE_PID" ]; then
+  step "waiting for the background checkpoints"
+  wait "$MAKE_PID"
+  cat "$OUT/make-models.log"
+fi
 step "benchmark (Muse shape, synthesized in memory)"
 # Clocks, power and throttle reasons sampled every 50 ms while the benchmark runs (the data
 # dependence of some timings: is it the clock?).
@@ -255,7 +280,7 @@ kill $SMI_PID 2>/dev/null
 
 if [ -x "$BUILD/lmhead" ]; then
   step "CLI through the public Engine API: lmhead make + lmhead bench --backend cuda"
-  ( timeout 150 "$BUILD/lmhead" make $SCRATCH/muse-q5k.gguf --quiet &&
+  ( { [ -f $SCRATCH/muse-q5k.gguf ] || timeout 150 "$BUILD/lmhead" make $SCRATCH/muse-q5k.gguf --quiet; } &&
     timeout 120 "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda --repeat 200 &&
     echo "-- route tiled (llama.cpp's tiled K-quant order at every T) --" &&
     timeout 120 "$BUILD/lmhead" bench $SCRATCH/muse-q5k.gguf --backend cuda --route tiled --repeat 200 ) 2>&1 |
