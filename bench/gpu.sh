@@ -168,7 +168,7 @@ python_tests() {
   if ! python3 -c "import torch" 2>/dev/null; then echo "python3 has no torch: Python GPU tests not run"; PY_RC=skipped; return; fi
   [ -n "${PY_BUILD_PID:-}" ] && wait "$PY_BUILD_PID"
   tail -3 "$OUT/python-build.log"
-  OUT="$OUT" SITE="$PY_SITE" timeout 300 bash bench/gpu_python.sh python3 "$BUILD/lmhead"
+  OUT="$OUT" SITE="$PY_SITE" MODEL=$SCRATCH/muse-q5k.gguf timeout 300 bash bench/gpu_python.sh python3 "$BUILD/lmhead"
   PY_RC=$?
 }
 start_python_build

@@ -4,6 +4,7 @@
 # and the Python call's overhead beside `lmhead bench` (T=1, argmax only, cuda backend).
 #   bench/gpu_python.sh [PYTHON] [CLI]    (default: python3; CLI: build/gpu/lmhead when present)
 #   SITE=DIR: the package installed there already (pip install --target DIR), not built again
+#   MODEL=FILE: the checkpoint the overhead is measured on (default: one made in $OUT)
 # Logs go to $OUT (or /tmp/lmhead-gpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,8 @@ cli_arg=()
 [ -x "$CLI" ] && cli_arg=(--cli "$CLI") && export LMHEAD_CLI="$PWD/$CLI"
 (cd "$OUT" && PYTHONPATH="$site" LMHEAD_TEST_DATA="$OLDPWD/tests/data" "$PY" -m pytest -v -rs -p no:cacheprovider \
   "$OLDPWD/tests/python/api") 2>&1 | tee "$OUT/python-tests.log"
-model="$OUT/muse.gguf"
+# gpu.sh passes the checkpoint its other steps read; alone, one is made in $OUT.
+model="${MODEL:-$OUT/muse.gguf}"
 [ -f "$model" ] || { [ -x "$CLI" ] && "$CLI" make "$model" >/dev/null; }
 [ -f "$model" ] || model=tests/data/llamacpp/muse-glimmer-q5_K-s101.gguf
 PYTHONPATH="$site" "$PY" bench/python_overhead.py "$model" --backend cuda --tokens 1 "${cli_arg[@]}" 2>&1 |
