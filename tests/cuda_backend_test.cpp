@@ -16,6 +16,7 @@
 #include "backend/backend.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/device_layout.hpp"
+#include "cuda/kernels.hpp"
 #include "cuda/stream_layout.hpp"
 #include "gguf/gguf.hpp"
 #include "lmhead/lmhead.hpp"
@@ -468,6 +469,41 @@ TEST(CudaBackend, SaturatedCapTies) {
       EXPECT_GT(ref.summaries[0].tie_count, 16) << "the test should produce wide ties";
       expect_same(ref, got, req, "saturated ties " + name_of(cuda::last_call(*gpu).kernel) + " T=" + std::to_string(T));
     }
+  }
+}
+
+// The measuring hook (TestHooks::block_clock, used by dev/cuda/call_floor.cu): every block of the
+// tokens-in-N kernel stamps its start, activations staged, last warp done and exit, in that order,
+// and the call's bytes are those of the same call without the hook.
+TEST(CudaBackend, BlockClockStampsEveryBlockInOrder) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(seed_of_this_run() + 41);
+  const RandomHead head = random_head(TensorType::Q5_K, 4099, 512, rng);
+  auto gpu = make_cuda_backend(head.view, 1);
+  ForwardRequest req;
+  req.top_k = 5;
+  for (int T : {1, 8}) {
+    const std::vector<float> hidden = random_hidden(T, 512, rng);
+    const ForwardOutput plain = run(*gpu, hidden, T, req);
+    cuda::Tuning tuning = cuda::get_tuning(*gpu);
+    tuning.hooks.block_clock = true;
+    cuda::set_tuning(*gpu, tuning);
+    const ForwardOutput clocked = run(*gpu, hidden, T, req);
+    const std::vector<uint64_t> st = cuda::last_block_clock(*gpu);
+    tuning.hooks.block_clock = false;
+    cuda::set_tuning(*gpu, tuning);
+    expect_same(plain, clocked, req, "with the block clock, T=" + std::to_string(T));
+    ASSERT_EQ(st.size(), size_t(cuda::kBlockClockBlocks) * 4);
+    int blocks = 0;
+    while (blocks < cuda::kBlockClockBlocks && st[4 * size_t(blocks)] != 0) ++blocks;
+    EXPECT_GT(blocks, 0) << "T=" << T << ": the plan's kernel (" << name_of(cuda::last_call(*gpu).kernel)
+                         << ") stamped no block";
+    for (int b = 0; b < blocks; ++b) {
+      const uint64_t* s = &st[4 * size_t(b)];
+      EXPECT_TRUE(s[0] <= s[1] && s[1] <= s[2] && s[2] <= s[3])
+          << "T=" << T << " block " << b << ": " << s[0] << " " << s[1] << " " << s[2] << " " << s[3];
+    }
+    for (int b = blocks; b < cuda::kBlockClockBlocks; ++b) EXPECT_EQ(st[4 * size_t(b)], 0u) << "block " << b;
   }
 }
 

@@ -9,6 +9,9 @@
 //    launch, wait for the flag, the rest). The head's bytes grow 400-fold; what does not grow with
 //    them is the call's fixed part.
 // 3. The same calls waiting on the stream (cudaStreamSynchronize) instead of polling the flag.
+// 4. Inside the Muse head's kernel (one copy, then both copies): every block's start, activations
+//    staged, last warp done and exit (TestHooks::block_clock, %globaltimer), so the kernel's own
+//    start and end can be told apart from its streaming.
 //
 // Every head's argmax is checked against the scalar backend before anything is timed.
 #include <cuda_runtime.h>
@@ -24,6 +27,7 @@
 #include "backend/backend.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/kernels.hpp"
 #include "quant/blocks.hpp"
 #include "synth/splitmix64.hpp"
 
@@ -43,6 +47,47 @@ __global__ void raise_flag(unsigned* flag, const unsigned* seq_in, unsigned* seq
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// Medians over `calls` T = 1 calls of the block stamps' spread, in us from the first block's start.
+void block_clock_report(Backend& gpu, const float* hidden, const char* what, int calls) {
+  cuda::Tuning tuning = cuda::get_tuning(gpu);
+  tuning.hooks.block_clock = true;
+  cuda::set_tuning(gpu, tuning);
+  ForwardRequest req;
+  ForwardOutput out;
+  for (int i = 0; i < 5; ++i) gpu.forward(hidden, 1, req, out);
+  enum { kStartSpread, kStagedMed, kStagedMax, kDoneMin, kDoneMed, kDoneMax, kExitMax, kMerge, kN };
+  std::vector<std::vector<double>> v(kN);
+  int blocks = 0;
+  for (int c = 0; c < calls; ++c) {
+    gpu.forward(hidden, 1, req, out);
+    const std::vector<uint64_t> st = cuda::last_block_clock(gpu);
+    std::vector<double> s0, s1, s2, s3;
+    int n = 0;
+    for (int b = 0; b < cuda::kBlockClockBlocks && st[4 * b] != 0; ++b, ++n) {
+      s0.push_back(double(st[4 * b]));
+      s1.push_back(double(st[4 * b + 1]));
+      s2.push_back(double(st[4 * b + 2]));
+      s3.push_back(double(st[4 * b + 3]));
+    }
+    blocks = n;
+    const double t0 = *std::min_element(s0.begin(), s0.end());
+    auto us = [&](double ns) { return (ns - t0) / 1000.0; };
+    v[kStartSpread].push_back(us(*std::max_element(s0.begin(), s0.end())));
+    v[kStagedMed].push_back(us(median(s1)));
+    v[kStagedMax].push_back(us(*std::max_element(s1.begin(), s1.end())));
+    v[kDoneMin].push_back(us(*std::min_element(s2.begin(), s2.end())));
+    v[kDoneMed].push_back(us(median(s2)));
+    v[kDoneMax].push_back(us(*std::max_element(s2.begin(), s2.end())));
+    v[kExitMax].push_back(us(*std::max_element(s3.begin(), s3.end())));
+    v[kMerge].push_back((*std::max_element(s3.begin(), s3.end()) - *std::max_element(s2.begin(), s2.end())) / 1000.0);
+  }
+  tuning.hooks.block_clock = false;
+  cuda::set_tuning(gpu, tuning);
+  std::printf("| %s | %d | %.1f | %.1f / %.1f | %.1f / %.1f / %.1f | %.1f | %.1f |\n", what, blocks, median(v[kStartSpread]),
+              median(v[kStagedMed]), median(v[kStagedMax]), median(v[kDoneMin]), median(v[kDoneMed]), median(v[kDoneMax]),
+              median(v[kExitMax]), median(v[kMerge]));
 }
 
 struct Head {
@@ -186,6 +231,28 @@ int main() {
     std::printf("| %lld | %.1f | %.1f | %.1f / %.1f / %.1f / %.1f | %.1f |\n", (long long)vocab,
                 double(vocab) * double(h.view.row_bytes) / 1e6, median(wall), median(copy), median(launch), median(wait),
                 median(rest), per_call);
+    if (vocab == 202048) {
+      tuning.hooks.poll_done = true;
+      cuda::set_tuning(*gpu, tuning);
+      std::printf("\nInside the head kernel, T = 1, medians of 100 calls, us from the first block's start:\n"
+                  "| head copies | blocks | last block started | activations staged median / last | last warp done "
+                  "first / median / last block | last exit | last warp done to last exit |\n"
+                  "| --- | --- | --- | --- | --- | --- | --- |\n");
+      block_clock_report(*gpu, hidden.data(), "one (default)", 100);
+      HeadView both = h.view;
+      both.cuda_second_layout = true;
+      gpu.reset();
+      auto gpu2 = make_cuda_backend(both, 1);
+      ForwardOutput check;
+      gpu2->forward(hidden.data(), 1, req, check);
+      if (check.summaries[0].argmax != want.summaries[0].argmax) {
+        std::printf("MISMATCH with both copies: cuda argmax %d, scalar %d\n", check.summaries[0].argmax,
+                    want.summaries[0].argmax);
+        ++failures;
+      } else {
+        block_clock_report(*gpu2, hidden.data(), "both", 100);
+      }
+    }
   }
   if (failures) std::printf("%d heads did not match the scalar backend\n", failures);
   return failures ? 1 : 0;

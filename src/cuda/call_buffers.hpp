@@ -50,6 +50,7 @@ struct CallBuffers {
   DeviceArray<float> logits_store, raw, normed, scaled, div, tanh;
   float* logits = nullptr;  // logits_store past its leading guard band
   DeviceArray<PartialBest> partials;
+  DeviceArray<unsigned long long> block_clock;  // TestHooks::block_clock only
   DeviceArray<unsigned> counters;
   DeviceArray<float> max_out;
   DeviceArray<int2> candidates;

@@ -146,6 +146,7 @@ void record_call(const Shape& s, const CallTarget& c) {
   hp.max_out = b.max_out.get();
   hp.stream_weights = w.lanes();
   hp.stream_n_weights = w.subblocks();
+  hp.block_clock = s.block_clock ? b.block_clock.get() : nullptr;
   launch_head(s, hp, c.head.type, c.num_sms, c.stream);
   if (stage_events) record_stage_event(c.events[kHeadDone], c.stream);
 

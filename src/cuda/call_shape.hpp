@@ -28,12 +28,13 @@ struct Shape {
   bool sample = false;
   bool sample_max = false;
   bool sample_top_p = false;
+  bool block_clock = false;   // TestHooks::block_clock
 
   auto key() const {
     const unsigned flags = unsigned(logprobs) | unsigned(logits) << 1 | unsigned(stages) << 2 | unsigned(events) << 3 |
                            unsigned(pdl) << 4 | unsigned(sequential_norm) << 5 | unsigned(input_normed) << 6 |
                            unsigned(device_input) << 7 | unsigned(sample) << 8 | unsigned(sample_max) << 9 |
-                           unsigned(sample_top_p) << 10;
+                           unsigned(sample_top_p) << 10 | unsigned(block_clock) << 11;
     return std::tuple(T, plan.kernel, plan.warps, plan.last_warps, int(format), cap_mode, k, flags);
   }
 };

@@ -109,6 +109,10 @@ class CudaBackend final : public Backend {
     head_copies_->ensure(desc(shape.plan.kernel).reads);
     if (buffers_->grow_outputs(shape, head_.vocab, head_.hidden, stream_)) clear_graphs();
     if (shape.sample) prepare_sampling(req, tokens);
+    if (shape.block_clock && buffers_->block_clock.size() == 0) {
+      buffers_->block_clock.reset(size_t(kBlockClockBlocks) * 4, stream_);
+      clear_graphs();  // captured graphs may hold the old pointer
+    }
 
     if (req.input_on_device) {
       // The caller's rows are read in place, after the work its stream has queued so far; the
@@ -164,6 +168,16 @@ class CudaBackend final : public Backend {
     last_.total_us = us(t_enter, std::chrono::steady_clock::now());
     // Captured only now: re-recording the events inside a capture would invalidate this call's.
     if (hooks.use_graph && !last_.graph_replayed) graphs_->capture(key, [&] { record_call(shape, call_target()); });
+  }
+
+  std::vector<uint64_t> block_clock_stamps() {
+    std::vector<uint64_t> out(size_t(kBlockClockBlocks) * 4, 0);
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // a polled call's last block stamps after its flag
+    if (buffers_->block_clock.size() == out.size())
+      CUDA_CHECK(cudaMemcpy(out.data(), buffers_->block_clock.get(), out.size() * 8, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaSetDevice(caller_device_));
+    return out;
   }
 
   // Reads the hidden states from `portable` (page-locked, mapped and portable, kMaxTokens x hidden
@@ -375,6 +389,7 @@ class CudaBackend final : public Backend {
     s.events = tuning_.hooks.stage_events && req.want_stage_times;
     s.pdl = tuning_.hooks.pdl && !s.events;
     s.sequential_norm = tuning_.hooks.force_sequential_norm;
+    s.block_clock = tuning_.hooks.block_clock;
     s.input_normed = req.input_normed;
     s.device_input = req.input_on_device;
     if (req.sampling != nullptr) {
@@ -677,6 +692,7 @@ void fetch_logit_runs(Backend& backend, std::span<const LogitRun> runs, float* o
   as_cuda(backend).fetch_logit_runs(runs, out);
 }
 CallInfo last_call(Backend& backend) { return as_cuda(backend).last_; }
+std::vector<uint64_t> last_block_clock(Backend& backend) { return as_cuda(backend).block_clock_stamps(); }
 uint64_t head_device_bytes(Backend& backend) { return as_cuda(backend).head_device_bytes(); }
 void use_input_buffer(Backend& backend, float* portable) { as_cuda(backend).use_input_buffer(portable); }
 

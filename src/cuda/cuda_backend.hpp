@@ -20,6 +20,8 @@ struct TestHooks {
                                        // last block writes to mapped memory, not on the stream
   bool force_sequential_norm = false;  // RMSNorm always through the sequential double chain
   bool check_guards = false;           // verify the sentinel bands around the device logits
+  bool block_clock = false;            // measuring: the head kernel's blocks stamp their start, staged
+                                       // activations, last warp done and exit (last_block_clock)
 };
 
 struct Tuning {
@@ -56,6 +58,9 @@ struct CallInfo {
 void set_tuning(Backend& backend, const Tuning& tuning);
 Tuning get_tuning(Backend& backend);
 CallInfo last_call(Backend& backend);
+// With TestHooks::block_clock: the last call's HeadParams::block_clock stamps, 4 per block for
+// kBlockClockBlocks blocks (0 where a block did not run; the stream is synchronized first).
+std::vector<uint64_t> last_block_clock(Backend& backend);
 // The bytes of the head's copies the backend holds on its device now (the file's rows come only
 // when a plan reads them).
 uint64_t head_device_bytes(Backend& backend);

@@ -222,6 +222,15 @@ __device__ __forceinline__ PartialBest best_shfl_xor(const PartialBest& b, int m
 
 static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* cta_best);
 
+// HeadParams::block_clock's stamp `which` of this block, by thread 0 (one predictable branch when
+// the hook is off).
+__device__ __forceinline__ void stamp_block(const HeadParams& p, int which) {
+  if (p.block_clock == nullptr || threadIdx.x != 0 || blockIdx.x >= unsigned(kBlockClockBlocks)) return;
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  p.block_clock[4 * blockIdx.x + which] = ns;
+}
+
 // The block's summary per token: s_best[w][t] holds warp w's (w < nw, t < ntok), merged in warp
 // order; then publish_and_finalize. Every thread of the block calls it.
 static __device__ void merge_warps_and_finalize(const HeadParams& p, const PartialBest (*s_best)[kMaxTokens], int nw,
@@ -265,13 +274,17 @@ static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* ct
   // Thread 0 alone fences, after the barrier that orders the block's writes before it (a fence is
   // cumulative), as cooperative groups' grid sync does: one fence per block, not one per warp.
   __syncthreads();
+  stamp_block(p, 2);
   if (tid == 0) {
     __threadfence();  // release: the partials before the count
     s_last = (atomicAdd(p.done_counter, 1u) == gridDim.x - 1) ? 1u : 0u;
     if (s_last) __threadfence();  // acquire: every block's partials before the merge reads them
   }
   __syncthreads();
-  if (!s_last) return;
+  if (!s_last) {
+    stamp_block(p, 3);
+    return;
+  }
   const int nwarps = blockDim.x / 32;
   // One warp per token, each lane a strided subset of the blocks, then a shuffle tree: best_merge of
   // disjoint id sets is associative and commutative, so any grouping equals the sequential scan. (A
@@ -376,6 +389,7 @@ static __device__ void publish_and_finalize(const HeadParams& p, PartialBest* ct
       *reinterpret_cast<volatile unsigned*>(p.done_flag) = seq;
     }
   }
+  stamp_block(p, 3);
 }
 
 }  // namespace lmhead::cuda

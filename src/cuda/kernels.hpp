@@ -114,7 +114,12 @@ struct HeadParams {
   float* max_out = nullptr;          // [kMaxTokens] device copy of each token's max
   const uint8_t* stream_weights = nullptr;    // the head's lanes-split stream layout (stream_layout.hpp)
   const uint8_t* stream_n_weights = nullptr;  // Q5_K in the stream layout, sub-blocks split
+  // A measuring hook (TestHooks::block_clock), nullptr in every other call: per block b <
+  // kBlockClockBlocks, [4b] the block's start, [4b + 1] its activations staged, [4b + 2] its last
+  // warp done, [4b + 3] its exit (the last block's after the merge and the done flag); %globaltimer ns.
+  unsigned long long* block_clock = nullptr;
 };
+constexpr int kBlockClockBlocks = 1024;
 
 struct MmaConfig {
   int warps = 12;   // 8, 12 or 16 warps per block (T > 8: 8 or 12); ring depth follows from it

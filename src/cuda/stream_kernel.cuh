@@ -31,6 +31,7 @@ namespace lmhead::cuda {
 template <class F, int TT, int NW, int D>
 __global__ void __launch_bounds__(NW * 32, 1) stream_head_kernel(const HeadParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
+  stamp_block(p, 0);
   const int G = p.groups;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
@@ -52,6 +53,7 @@ __global__ void __launch_bounds__(NW * 32, 1) stream_head_kernel(const HeadParam
   pdl_wait();
   F::template stage<TT>(p, smem);
   __syncthreads();
+  stamp_block(p, 1);
 
   typename F::template State<TT> state(smem, G, lane);
   PartialBest best[TT];

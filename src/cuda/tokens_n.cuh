@@ -243,6 +243,7 @@ template <class F, int NT, int NW, int D>
 __global__ void __launch_bounds__(NW * 32, 1) kernel(const HeadParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ PartialBest s_best[NW][kMaxTokens];
+  stamp_block(p, 0);
   constexpr int TTOT = 8 * NT;
   constexpr int L = F::kLanes;
 
@@ -275,6 +276,7 @@ __global__ void __launch_bounds__(NW * 32, 1) kernel(const HeadParams p) {
   F::template stage_runs<TTOT>(p, s.runs, items);
   F::template stage_sums<TTOT>(p, s, items);
   __syncthreads();
+  stamp_block(p, 1);
 
   PartialBest best[NT][2];
   Acc<NT, L> a;
@@ -363,6 +365,7 @@ __global__ void __launch_bounds__(NW * 32, 1) staged_kernel(const HeadParams p, 
   constexpr int TTOT = 8 * NT;
   constexpr int L = F::kLanes;
   constexpr int kStage = stage_bytes<F>();
+  stamp_block(p, 0);
 
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
   const int G = p.groups;
@@ -403,6 +406,7 @@ __global__ void __launch_bounds__(NW * 32, 1) staged_kernel(const HeadParams p, 
   F::template stage_runs<TTOT>(p, s.runs, items);
   F::template stage_sums<TTOT>(p, s, items);
   __syncthreads();
+  stamp_block(p, 1);
 
   PartialBest best[NT][2];
   Acc<NT, L> a;

@@ -39,6 +39,7 @@ namespace cuda {
 void set_tuning(Backend&, const Tuning&) { throw Error(std::string("cuda tuning: ") + kNoCuda); }
 Tuning get_tuning(Backend&) { throw Error(std::string("cuda tuning: ") + kNoCuda); }
 CallInfo last_call(Backend&) { throw Error(std::string("cuda call info: ") + kNoCuda); }
+std::vector<uint64_t> last_block_clock(Backend&) { throw Error(std::string("cuda block clock: ") + kNoCuda); }
 uint64_t head_device_bytes(Backend&) { throw Error(std::string("cuda device bytes: ") + kNoCuda); }
 void use_input_buffer(Backend&, float*) { throw Error(std::string("cuda input buffer: ") + kNoCuda); }
 double measure_sm_clock_mhz() { throw Error(std::string("cuda clock probe: ") + kNoCuda); }
