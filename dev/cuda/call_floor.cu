@@ -72,6 +72,12 @@ void block_clock_report(Backend& gpu, const float* hidden, const char* what, int
       s3.push_back(double(st[4 * b + 3]));
     }
     blocks = n;
+    if (n == 0) {  // a kernel without the start stamps (only the stream and tokens-in-N kernels have them)
+      std::printf("| %s | the plan's kernel (%s) stamps no block start |\n", what, cuda::kernel_name(cuda::last_call(gpu).kernel));
+      tuning.hooks.block_clock = false;
+      cuda::set_tuning(gpu, tuning);
+      return;
+    }
     const double t0 = *std::min_element(s0.begin(), s0.end());
     auto us = [&](double ns) { return (ns - t0) / 1000.0; };
     v[kStartSpread].push_back(us(*std::max_element(s0.begin(), s0.end())));
