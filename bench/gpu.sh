@@ -112,14 +112,16 @@ sampling_bench() {
   done 2>&1 | tee "$OUT/sampling-shards.log"
 }
 
+# The Muse-shape checkpoint of a head type: the Q5_K one is the file every step reads.
+muse_file() { if [ "$1" = q5_K ]; then echo "$SCRATCH/muse-q5k.gguf"; else echo "$SCRATCH/muse-$1.gguf"; fi; }
+
 route_bench() {
   [ -x "$BUILD/lmhead" ] || return 0
   # Route llamacpp beside the default route, Muse shape, every head type whose llama.cpp path has
   # its own order somewhere (issue 21: within 1.5x of the default route at every T on the H200).
   step "route llamacpp vs the default route (Muse shape, lmhead bench --backend cuda)"
   for type in ${ROUTE_TYPES:-q5_K q6_K q4_K f16 bf16 f32}; do
-    f=$SCRATCH/muse-$type.gguf
-    [ $type = q5_K ] && f=$SCRATCH/muse-q5k.gguf
+    f=$(muse_file $type)
     [ -f "$f" ] || timeout 200 "$BUILD/lmhead" make "$f" --type $type --quiet || continue
     for route in vec_dot llamacpp; do
       # Float heads take milliseconds per call: 30 calls give a steady median and keep the run in one device call.
@@ -179,12 +181,12 @@ start_python_build
 MAKE_PID=
 start_making_models() {
   [ -x "$BUILD/lmhead" ] || return 0
-  ( timeout 300 "$BUILD/lmhead" make $SCRATCH/muse-q5k.gguf --quiet
-    if [ "${ROUTE_BENCH:-1}" = "1" ]; then
-      for type in ${ROUTE_TYPES:-q5_K q6_K q4_K f16 bf16 f32}; do
-        [ $type = q5_K ] || timeout 300 "$BUILD/lmhead" make $SCRATCH/muse-$type.gguf --type $type --quiet
-      done
-    fi ) > "$OUT/make-models.log" 2>&1 &
+  local types=q5_K
+  [ "${ROUTE_BENCH:-1}" = "1" ] && types="q5_K ${ROUTE_TYPES:-q6_K q4_K f16 bf16 f32}"
+  ( for type in $types; do
+      f=$(muse_file $type)
+      [ -f "$f" ] || timeout 300 "$BUILD/lmhead" make "$f" --type $type --quiet
+    done ) > "$OUT/make-models.log" 2>&1 &
   MAKE_PID=$!
 }
 

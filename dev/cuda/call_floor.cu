@@ -19,17 +19,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <random>
-#include <thread>
 #include <vector>
 
 #include "backend/backend.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels.hpp"
-#include "quant/blocks.hpp"
 #include "synth/splitmix64.hpp"
+#include "synth/synthetic_head.hpp"
 
 using namespace lmhead;
 
@@ -102,31 +99,13 @@ struct Head {
   HeadView view;
 };
 
-// Random Q5_K blocks with small finite scales (the capped logits stay inside the cap, as a trained
-// head's do; bench/cuda_bench.cpp makes its heads the same way).
+// The rows `lmhead make` writes (synth::fill_synthetic_rows: random Q5_K blocks with small finite
+// factors, whose capped logits stay inside the cap, as a trained head's do).
 Head make_q5k_head(int64_t vocab, uint64_t seed) {
-  const uint64_t row_bytes = uint64_t(kHidden / 256 * 176);
+  const uint64_t row_bytes = synth::row_bytes_of(TensorType::Q5_K, kHidden);
   Head h;
   h.weights.resize(size_t(vocab) * row_bytes);
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (unsigned w = 0; w < threads; ++w)
-    pool.emplace_back([&, w] {
-      synth::SplitMix64 rng{seed * 1000003 + w};
-      for (int64_t r = w; r < vocab; r += threads) {
-        uint8_t* row = h.weights.data() + size_t(r) * row_bytes;
-        rng.fill_bytes(row, row_bytes);
-        for (int64_t b = 0; b < kHidden / 256; ++b) {
-          uint8_t* blk = row + size_t(b) * 176;
-          const float u = rng.unit24();
-          const uint16_t d = quant::f32_to_f16((0.001f + 0.02f * u) / 32);
-          const uint16_t dmin = quant::f32_to_f16((0.0005f + 0.01f * u) / 32);
-          std::memcpy(blk, &d, 2);
-          std::memcpy(blk + 2, &dmin, 2);
-        }
-      }
-    });
-  for (auto& t : pool) t.join();
+  synth::fill_synthetic_rows(TensorType::Q5_K, vocab, kHidden, seed, h.weights.data());
   h.gamma.resize(kHidden);
   synth::SplitMix64 gamma_rng{seed};
   for (auto& g : h.gamma) g = 0.5f + gamma_rng.unit24();
@@ -196,10 +175,7 @@ int main() {
   int failures = 0;
   for (const int64_t vocab : {int64_t(512), int64_t(4096), int64_t(32768), int64_t(202048)}) {
     Head h = make_q5k_head(vocab, 5);
-    std::vector<float> hidden(kHidden);
-    std::mt19937_64 rng(9);
-    std::normal_distribution<float> n(0.0f, 1.0f);
-    for (auto& v : hidden) v = n(rng);
+    const std::vector<float> hidden = synth::normal_floats(kHidden, 9);
     auto gpu = make_cuda_backend(h.view, 1);
     auto ref = make_scalar_backend(h.view);
     ForwardRequest req;
